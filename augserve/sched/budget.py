@@ -1,0 +1,28 @@
+"""Batch token budgets: static T_max and AugServe's dynamic budget (PAPER.md section 4)."""
+
+from __future__ import annotations
+
+import math
+
+
+def static_budget(max_batch_tokens: int) -> int:
+    return max_batch_tokens
+
+
+def dynamic_budget(
+    free_blocks: int,
+    reclaimable_blocks: int,
+    block_size: int,
+    max_batch_tokens: int,
+    beta_low: float,
+    beta_high: float,
+    tokens_per_unit: float = 1.0,
+) -> int:
+    """B = floor((G_free + G_reclaimable) / mu), clipped to [beta_low, beta_high] x T_max.
+
+    Memory is counted in tokens (blocks x block_size), so mu is 1 token by default.
+    """
+    raw = math.floor((free_blocks + reclaimable_blocks) * block_size / tokens_per_unit)
+    low = max(1, math.floor(beta_low * max_batch_tokens))
+    high = max(low, math.floor(beta_high * max_batch_tokens))
+    return min(max(raw, low), high)

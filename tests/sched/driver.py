@@ -1,0 +1,66 @@
+"""A tiny trace-driven executor for scheduler tests: virtual time, fixed iteration time."""
+
+from __future__ import annotations
+
+from augserve.core.request import Request
+from augserve.sched.output import SchedulerOutput, StepEvent, StepResult
+from augserve.sched.scheduler import Scheduler
+
+
+def step_results(out: SchedulerOutput) -> dict[str, StepResult]:
+    """What a trace-driven executor reports: a segment ends after its planned output."""
+    results: dict[str, StepResult] = {}
+    for chunk in out.chunks:
+        if not chunk.sample:
+            continue
+        req = chunk.request
+        seg = req.current_segment
+        done = seg is None or req.segment_generated + 1 >= max(1, seg.output_len)
+        if not done:
+            event = StepEvent.NONE
+        elif seg is not None and seg.has_call:
+            event = StepEvent.CALL
+        else:
+            event = StepEvent.FINISH
+        results[req.request_id] = StepResult(token_id=7, event=event)
+    return results
+
+
+class Driver:
+    """Runs a scheduler against planned requests; calls return after their planned time."""
+
+    def __init__(self, sched: Scheduler, iter_time: float = 0.01) -> None:
+        self.sched = sched
+        self.iter_time = iter_time
+        self.now = 0.0
+        self.returns: dict[str, float] = {}  # request id -> return time
+        self.outputs: list[SchedulerOutput] = []
+
+    def add(self, req: Request) -> None:
+        self.sched.add_request(req, self.now)
+
+    def step(self) -> SchedulerOutput:
+        for rid, t in sorted(self.returns.items(), key=lambda kv: kv[1]):
+            if t <= self.now:
+                req = self.sched.paused[rid]
+                seg = req.segments[req.segment_index]
+                del self.returns[rid]
+                self.sched.resume(rid, seg.return_len, self.now)
+        out = self.sched.schedule(self.now)
+        self.outputs.append(out)
+        self.now += self.iter_time
+        self.sched.update_from_output(out, step_results(out), self.now)
+        for rid, req in self.sched.paused.items():
+            if rid not in self.returns:
+                seg = req.segments[req.segment_index]
+                self.returns[rid] = self.now + (seg.call_time or 0.0)
+        return out
+
+    def run_until_idle(self, max_steps: int = 100_000) -> None:
+        for _ in range(max_steps):
+            if not self.sched.num_live:
+                return
+            out = self.step()
+            if out.is_empty and not self.sched.runnable and self.returns:
+                self.now = max(self.now, min(self.returns.values()))
+        raise AssertionError("scheduler did not drain")
