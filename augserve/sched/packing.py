@@ -60,14 +60,14 @@ class _Packer:
         sched, kv, pool = self.sched, self.sched.kv, self.sched.pool
         if req.host_block_ids:
             missing = len(req.host_block_ids) - pool.num_free_device
-            if missing > 0:
-                self.make_room(missing, idx, urgent=False)
+            if missing > 0:  # it holds KV: it may displace and preempt like a running request
+                self.make_room(missing, idx, urgent=True)
             if not kv.swap_in(req):
                 return None
         n = min(req.num_uncomputed_tokens, left)
         need = kv.blocks_needed(req, n)
         if need > pool.num_free_device:
-            urgent = req.num_computed_tokens > 0
+            urgent = bool(req.block_ids)
             self.make_room(need - pool.num_free_device, idx, urgent)
             if need > pool.num_free_device:
                 n = min(n, kv.token_capacity(req, pool.num_free_device))
