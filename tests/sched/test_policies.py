@@ -93,7 +93,7 @@ def test_mars_unstarves_a_request_skipped_100_times():
     for i in range(2):
         d.add(Request(f"first{i}", 0.0, 8, [Segment(40)]))
     d.step()
-    big = Request("big", d.now, 60, [Segment(5)])
+    big = Request("big", d.now, 60, [Segment(200)])
     d.add(big)
     skipped_max = 0
     for i in range(400):
