@@ -38,6 +38,7 @@ class _Packer:
         self.order = order
         self.scheduled: set[str] = set()
         self.reclaim_exhausted = not sched.reclaimable
+        self.block_size = sched.config.block_size
 
     def run(self, budget: int) -> list[ScheduledChunk]:
         cfg = self.sched.config
@@ -57,7 +58,20 @@ class _Packer:
         return chunks
 
     def try_schedule(self, req: Request, idx: int, left: int) -> ScheduledChunk | None:
+        computed = req.num_computed_tokens
+        if (
+            req.num_tokens - computed == 1
+            and not req.host_block_ids
+            and computed < len(req.block_ids) * self.block_size
+        ):  # decode into a block it already holds: the common case, kept cheap
+            return ScheduledChunk(req, 1, computed, True)
         sched, kv, pool = self.sched, self.sched.kv, self.sched.pool
+        if (
+            not (req.block_ids or req.host_block_ids)
+            and not pool.device.num_free
+            and self.reclaim_exhausted
+        ):
+            return None  # holds no KV and no memory can be had for it this iteration
         if req.host_block_ids:
             missing = len(req.host_block_ids) - pool.num_free_device
             if missing > 0:  # it holds KV: it may displace and preempt like a running request

@@ -52,6 +52,7 @@ class Scheduler:
         self.reclaimable: dict[str, Request] = {}  # paused, Swap/Discard, KV still on device
         self.finished: list[Request] = []
         self._aborted_in_call: set[str] = set()
+        self._running_tokens = 0
         self.iteration = 0
         self.capacity_tokens = config.num_device_blocks * config.block_size
 
@@ -67,11 +68,12 @@ class Scheduler:
         return self.runnable.get(request_id) or self.paused.get(request_id)
 
     def running_tokens(self) -> int:
-        return sum(
-            r.num_computed_tokens
-            for r in self.runnable.values()
-            if r.status is RequestStatus.RUNNING
-        )
+        """Tokens held by running requests (L_other), as of the last `schedule()`."""
+        return self._running_tokens
+
+    def _count_running_tokens(self) -> int:
+        running = RequestStatus.RUNNING
+        return sum(r.num_computed_tokens for r in self.runnable.values() if r.status is running)
 
     def reclaimable_blocks(self) -> int:
         return sum(len(r.block_ids) for r in self.reclaimable.values())
@@ -120,20 +122,21 @@ class Scheduler:
         if not self.config.lazy_eviction:
             self._evict_eagerly()
         out.token_budget = self.token_budget()
+        self._running_tokens = self._count_running_tokens()
         candidates = list(self.runnable.values())
         order = self.policy.order(candidates, now)
         out.chunks = pack_batch(self, order, out.token_budget, now)
-        scheduled = {c.request.request_id for c in out.chunks}
+        for req in candidates:
+            req.num_skipped += 1
+        running = RequestStatus.RUNNING
         for chunk in out.chunks:
             req = chunk.request
-            req.status = RequestStatus.RUNNING
+            req.status = running
             req.last_scheduled_time = now
             req.num_skipped = 0
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
-        for req in candidates:
-            if req.request_id not in scheduled:
-                req.num_skipped += 1
+        scheduled = {c.request.request_id for c in out.chunks}
         self.policy.after_schedule(candidates, scheduled, now)
         return out
 
@@ -175,7 +178,7 @@ class Scheduler:
         elapsed = max(0.0, now - out.now)
         for chunk in out.chunks:
             req = chunk.request
-            if req.is_finished:
+            if req.finish_time is not None:
                 continue  # aborted while the iteration ran
             req.num_computed_tokens += chunk.num_tokens
             req.exec_time += elapsed

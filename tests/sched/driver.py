@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from augserve.core.cost import LatencyProfile
 from augserve.core.request import Request
 from augserve.sched.output import SchedulerOutput, StepEvent, StepResult
 from augserve.sched.scheduler import Scheduler
@@ -64,3 +65,22 @@ class Driver:
             if out.is_empty and not self.sched.runnable and self.returns:
                 self.now = max(self.now, min(self.returns.values()))
         raise AssertionError("scheduler did not drain")
+
+
+def easy_profile(**kw: float) -> LatencyProfile:
+    """Round numbers for hand computation: tau_fwd(L) = 0.01 + 0.001 L, tau_swap(L) = L / 1000."""
+    base = dict(
+        name="easy",
+        c0=0.01,
+        c_prefill=0.001,
+        c_attn=0.0,
+        c_decode=0.0,
+        c_ctx=0.0,
+        kv_bytes=1000,
+        device_kv_bytes=1000 * 16 * 64,
+        host_kv_bytes=1000 * 16 * 64,
+        swap_bandwidth=1e6,
+        max_batch_tokens=256,
+    )
+    base.update(kw)
+    return LatencyProfile(**base)  # type: ignore[arg-type]

@@ -1,7 +1,6 @@
 """Every formula of PAPER.md sections 2-4 against a hand-computed example."""
 
 import pytest
-from conftest import easy_profile
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import CallRecord, ContextPolicy, Request, Segment

@@ -1,8 +1,7 @@
 """What each policy must do (PAPER.md section 6) and the head-of-line scenario."""
 
 import pytest
-from conftest import easy_profile
-from driver import Driver
+from driver import Driver, easy_profile
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import ContextPolicy, Request, RequestStatus, Segment

@@ -4,8 +4,7 @@ After every step: blocks owned once or free, one state per request, budget kept.
 When the load stops every request finishes exactly once and all memory is free.
 """
 
-from conftest import easy_profile
-from driver import Driver
+from driver import Driver, easy_profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
