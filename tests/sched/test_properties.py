@@ -47,7 +47,7 @@ configs = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs, ops, st.booleans())
 def test_scheduler_invariants_hold_and_everything_finishes(cfg, operations, noisy):
     config = SchedulerConfig(block_size=16, **cfg)
