@@ -1,0 +1,105 @@
+"""`augserve predictor train|eval`: fit the learned predictor on a trace, score it.
+
+    augserve predictor train --trace FILE --out DIR [--seed 0] [--test-frac 0.2]
+    augserve predictor eval --trace FILE --model DIR [--model DIR2 ...] [--json OUT]
+
+`train` holds out a seeded fraction of the requests (whole requests) and fits on
+the rest; the split is recorded in the manifest, and `eval` re-derives it from
+there, so it scores only requests the model has not seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("predictor", help="train / evaluate the learned predictor")
+    sub = p.add_subparsers(dest="predictor_command", required=True)
+
+    t = sub.add_parser("train", help="fit the learned predictor on a trace")
+    t.add_argument("--trace", required=True, help="trace file (.jsonl ours, else INFERCEPT JSON)")
+    t.add_argument("--out", required=True, help="model directory to write")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--test-frac", type=float, default=0.2,
+                   help="fraction of requests held out for eval (0: train on all)")
+    t.add_argument("--no-embed", action="store_true", help="metadata features only (no MiniLM)")
+    t.add_argument("--max-seq-len", type=int, default=128,
+                   help="word pieces of prompt text the embedding reads")
+    t.add_argument("--use-kind", action="store_true",
+                   help="one-hot augmentation kind (live requests must carry `kind`)")
+    t.set_defaults(func=_train)
+
+    e = sub.add_parser("eval", help="score models on the held-out requests of a trace")
+    e.add_argument("--trace", required=True)
+    e.add_argument("--model", required=True, action="append", help="model directory (repeatable)")
+    e.add_argument("--json", help="also write the report as JSON here")
+    e.set_defaults(func=_eval)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from augserve.predict.evaluate import split_by_request
+    from augserve.predict.learned import LearnedConfig, train_learned_predictor
+    from augserve.workload.registry import load_trace
+
+    if not 0.0 <= args.test_frac < 1.0:
+        raise ValueError(f"--test-frac must be in [0, 1), got {args.test_frac}")
+    trace: list[Any] = list(load_trace(args.trace))
+    if args.test_frac > 0:
+        train, test = split_by_request(trace, args.test_frac, args.seed)
+    else:
+        train, test = trace, []
+    cfg = LearnedConfig(embed=not args.no_embed, use_kind=args.use_kind, seed=args.seed,
+                        max_seq_length=args.max_seq_len)
+    info = {"trace": str(args.trace), "split_seed": args.seed, "test_frac": args.test_frac,
+            "held_out_requests": len(test)}
+    pred = train_learned_predictor(train, cfg, info=info)
+    out = pred.save(args.out)
+    emb = pred.manifest["features"]["embedding"]
+    print(f"trained on {len(train)} requests ({pred.manifest['training']['segments']} segments), "
+          f"held out {len(test)}; embedding: {emb['model'] if emb else 'none'}; wrote {out}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from augserve.predict.evaluate import evaluate, format_report, measure_latency, split_by_request
+    from augserve.predict.learned import load_learned_predictor
+    from augserve.workload.registry import load_trace
+
+    models = {Path(d).name: load_learned_predictor(d) for d in args.model}
+    first = next(iter(models.values())).manifest
+    seed, frac = first["training"].get("split_seed"), first["training"].get("test_frac")
+    if not frac:
+        raise ValueError(f"{args.model[0]}: trained on the whole trace; nothing is held out")
+    for name, m in models.items():
+        tr = m.manifest["training"]
+        if (tr.get("split_seed"), tr.get("test_frac")) != (seed, frac):
+            raise ValueError(f"model {name}: different train/test split from {args.model[0]}")
+    trace = list(load_trace(args.trace))
+    train, test = split_by_request(trace, frac, seed)
+    report = evaluate(models, train, test)
+    latency = {name: measure_latency(m, test) for name, m in models.items()}
+    print(f"held-out: {len(test)} requests of {len(trace)} (seed {seed}, test-frac {frac})")
+    print(format_report(report))
+    print(f"\nlatency (ms per request; cpus={os.cpu_count()}, load avg "
+          f"{_loadavg()}, {platform.processor() or platform.machine()}):")
+    for name, lat in latency.items():
+        print(f"  {name}: " + ", ".join(f"{k}={v:.2f}" for k, v in lat.items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"report": report, "latency_ms": latency, "split": {"seed": seed, "test_frac": frac},
+             "argv": sys.argv}, indent=2) + "\n")
+    return 0
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
