@@ -126,6 +126,7 @@ class Request:
     prompt_len: int
     segments: list[Segment] = field(default_factory=list)
     prompt_text: str | None = None
+    kind: str | None = None  # augmentation type / tool family, where the workload knows it
     token_ids: list[int] | None = None  # the engine keeps real tokens; the simulator does not
     max_tokens: int | None = None  # cap on generated tokens (all segments together)
 

@@ -54,7 +54,7 @@ class TraceLike(Protocol):
 
 
 def request_kind(req: Any) -> str | None:
-    """The augmentation kind a live request carries, if any (`Request` has none yet)."""
+    """The augmentation kind a live request carries, if any ."""
     kind = getattr(req, "kind", None)
     return kind if isinstance(kind, str) else None
 

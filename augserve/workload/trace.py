@@ -64,6 +64,7 @@ class TraceRequest:
             prompt_len=self.prompt_len,
             segments=list(self.segments),
             prompt_text=self.prompt_text,
+            kind=self.kind,
         )
 
 
