@@ -1,0 +1,148 @@
+"""AsyncLLMEngine: the engine loop on asyncio, with calls as concurrent tasks.
+
+The loop repeats: apply the calls that came back (`resume`), run one engine
+step, hand outputs to each request's stream, and start every new call as an
+asyncio task. A forward runs on the loop thread (the engine is not
+thread-safe); calls are awaited in their own tasks, so a call never blocks the
+loop and the loop never waits on a call. When nothing can run (every live
+request is in a call, or none is live) the loop sleeps until an arrival, a
+call return or an abort wakes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Sequence
+
+from augserve.core.request import Segment
+from augserve.engine.engine import EngineStep, LLMEngine, RequestOutput
+from augserve.engine.sampling_params import SamplingParams
+from augserve.engine.tools import PendingCall, ToolExecutor, run_call
+
+_Item = RequestOutput | BaseException
+
+
+class AsyncLLMEngine:
+    def __init__(self, engine: LLMEngine, executor: ToolExecutor | None = None) -> None:
+        self.engine = engine
+        engine.stream = True
+        self.executor = executor
+        self._streams: dict[str, asyncio.Queue[_Item]] = {}
+        self._calls: dict[str, asyncio.Task[None]] = {}
+        self._returns: list[tuple[str, list[int] | str]] = []
+        self._wake: asyncio.Event | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._ids = itertools.count()
+        self._error: BaseException | None = None
+
+    # --- public API --------------------------------------------------------------------
+    async def generate(
+        self,
+        prompt: str | Sequence[int],
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+        segments: Sequence[Segment] | None = None,
+    ) -> AsyncIterator[RequestOutput]:
+        """Add a request and yield its outputs until it finishes. Leaving the
+        iterator early (client gone, cancellation) aborts the request."""
+        self._ensure_started()
+        rid = request_id if request_id is not None else f"req-{next(self._ids)}"
+        queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._streams[rid] = queue
+        finished = False
+        try:
+            self.engine.add_request(rid, prompt, params, segments)
+            self._kick()
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+        finally:
+            self._streams.pop(rid, None)
+            if not finished:
+                self.abort(rid)
+
+    def abort(self, request_id: str) -> bool:
+        task = self._calls.pop(request_id, None)
+        if task is not None:
+            task.cancel()
+        found = self.engine.abort(request_id)
+        self._kick()
+        return found
+
+    async def shutdown(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+            self._loop_task = None
+        for task in self._calls.values():
+            task.cancel()
+        self._calls.clear()
+
+    # --- the loop ----------------------------------------------------------------------
+    def _ensure_started(self) -> None:
+        if self._error is not None:
+            raise RuntimeError("engine loop failed") from self._error
+        if self._loop_task is None or self._loop_task.done():
+            self._wake = asyncio.Event()
+            self._loop_task = asyncio.get_running_loop().create_task(self._run())
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        try:
+            while True:
+                self._apply_returns()
+                step = self.engine.step() if self.engine.has_unfinished() else None
+                if step is not None:
+                    self._dispatch(step)
+                if step is None or step.idle:
+                    if not self._returns:  # sleep until an arrival, a return or an abort
+                        self._wake.clear()
+                        await self._wake.wait()
+                else:
+                    await asyncio.sleep(0)  # let call tasks and clients run
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a forward failed: every stream learns it
+            self._error = exc
+            for queue in self._streams.values():
+                queue.put_nowait(exc)
+
+    def _apply_returns(self) -> None:
+        returns, self._returns = self._returns, []
+        for rid, result in returns:
+            self.engine.resume(rid, result)
+
+    def _dispatch(self, step: EngineStep) -> None:
+        for out in step.outputs:
+            queue = self._streams.get(out.request_id)
+            if queue is not None:
+                queue.put_nowait(out)
+        for call in step.calls:
+            self._calls[call.request_id] = asyncio.get_running_loop().create_task(
+                self._run_call(call)
+            )
+
+    async def _run_call(self, call: PendingCall) -> None:
+        try:
+            result: list[int] | str = await run_call(call, self.executor)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failing tool answers with its error, as agent loops do
+            result = f"Error: {exc}"
+            if self.engine.tokenizer is None:
+                result = []
+        self._calls.pop(call.request_id, None)
+        self._returns.append((call.request_id, result))
+        self._kick()

@@ -1,0 +1,225 @@
+"""ModelRunner: loads a Hugging Face model dir and executes one scheduler step.
+
+A step is a list of `SeqChunk`s (prefill chunks, recompute chunks, return-token
+prefills and single-token decodes, in any mix). The runner flattens them,
+builds index tensors once, runs one forward over the paged KV cache and
+samples one token for each chunk with `sample=True`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from augserve.engine.attention import AttentionMetadata, build_metadata
+from augserve.engine.kv_cache import KVCache, KVCacheConfig
+from augserve.engine.loader import WeightSource, load_config
+from augserve.engine.models import CausalLM, model_class
+from augserve.engine.sampler import Sampler
+from augserve.engine.sampling_params import SamplingParams
+from augserve.engine.tokenizer import read_eos_token_ids
+
+_DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+}
+
+
+@dataclass
+class SeqChunk:
+    """Tokens of one sequence to compute in this step."""
+
+    seq_id: str
+    token_ids: list[int]  # positions start_pos .. start_pos + len - 1
+    start_pos: int  # = tokens already in this sequence's KV cache
+    block_table: list[int]  # device blocks covering positions [0, start_pos + len)
+    sample: bool  # sample one token from the last position's logits
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass
+class StepInputs:
+    """Index tensors for one step, built once and shared by all layers."""
+
+    input_ids: torch.Tensor  # [T] flat tokens (decodes first, then prefill chunks)
+    positions: torch.Tensor  # [T]
+    meta: AttentionMetadata
+    last_idx: torch.Tensor  # [n_chunks] flat index of each chunk's last token (input order)
+    sample_rows: list[int]  # chunk indices with sample=True
+    sample_idx: torch.Tensor  # flat indices of their last tokens
+    sample_params: list[SamplingParams]
+    sample_pos: list[int]  # position of the token being sampled, per sampled chunk
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """How to build a ModelRunner. dtype: 'bf16' | 'fp16' | 'fp32' | None (bf16)."""
+
+    model_dir: str
+    dtype: str | None = None
+    device: str | None = None  # default: cuda if available, else cpu
+    kv: KVCacheConfig = field(default_factory=lambda: KVCacheConfig(num_device_blocks=256))
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype is not None and self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
+
+
+def _build_model(model_dir: str, dtype: torch.dtype, device: torch.device) -> CausalLM:
+    hf = load_config(model_dir)
+    cls = model_class(hf, str(Path(model_dir) / "config.json"))
+    with torch.device("meta"):
+        model = cls(hf).to(dtype)
+    model = model.to_empty(device=device)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))  # so a parameter the loader missed is caught below
+    src = WeightSource(model_dir)
+    try:
+        model.load_weights(src)
+    finally:
+        src.close()
+    for name, p in model.named_parameters():
+        if bool(torch.isnan(p).any()):
+            raise ValueError(f"{model_dir}: parameter {name} was not loaded (or holds NaN)")
+    return model.eval()
+
+
+class ModelRunner:
+    """Executes steps of SeqChunks on one device with a paged KV cache."""
+
+    def __init__(self, cfg: RunnerConfig) -> None:
+        if cfg.num_threads is not None:
+            torch.set_num_threads(cfg.num_threads)
+        self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dtype = _DTYPES[cfg.dtype or "bf16"]
+        self.model = _build_model(cfg.model_dir, self.dtype, self.device)
+        m = self.model
+        self.kv = KVCache(cfg.kv, m.num_layers, m.num_kv_heads, m.head_dim, self.dtype, self.device)
+        self.sampler = Sampler()
+        self.eos_token_ids: tuple[int, ...] = read_eos_token_ids(cfg.model_dir)
+        self.vocab_size = m.vocab_size
+        self.max_model_len = m.max_model_len
+        self.model_dir = cfg.model_dir
+
+    @classmethod
+    def from_dir(
+        cls, model_dir: str | Path, dtype: str | None = None, **kv: int | None
+    ) -> ModelRunner:
+        """Shorthand: ModelRunner.from_dir(path, 'fp32', block_size=16, num_device_blocks=64)."""
+        if "num_device_blocks" not in kv and "kv_cache_memory" not in kv:
+            kv["num_device_blocks"] = 256
+        return cls(RunnerConfig(str(model_dir), dtype, kv=KVCacheConfig(**kv)))  # type: ignore[arg-type]
+
+    @property
+    def num_device_blocks(self) -> int:
+        return self.kv.num_device_blocks
+
+    @property
+    def num_host_blocks(self) -> int:
+        return self.kv.num_host_blocks
+
+    @property
+    def block_size(self) -> int:
+        return self.kv.block_size
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.kv.bytes_per_token
+
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        """(device_block, host_block) copies."""
+        self.kv.swap_out(pairs)
+
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        """(host_block, device_block) copies."""
+        self.kv.swap_in(pairs)
+
+    def _validate(self, chunks: list[SeqChunk]) -> None:
+        bs = self.block_size
+        for c in chunks:
+            end = c.start_pos + len(c.token_ids)
+            if not c.token_ids or c.start_pos < 0:
+                raise ValueError(f"chunk {c.seq_id}: needs >= 1 token and start_pos >= 0")
+            if end > self.max_model_len:
+                raise ValueError(
+                    f"chunk {c.seq_id}: {end} tokens exceed max_model_len {self.max_model_len}"
+                )
+            if len(c.block_table) * bs < end:
+                raise ValueError(
+                    f"chunk {c.seq_id}: block_table covers {len(c.block_table) * bs} < {end}"
+                )
+
+    def prepare(self, chunks: list[SeqChunk]) -> StepInputs:
+        """Validate and flatten a step into index tensors (decodes first, then prefills)."""
+        self._validate(chunks)
+        dec = [i for i, c in enumerate(chunks) if len(c.token_ids) == 1]
+        order = dec + [i for i, c in enumerate(chunks) if len(c.token_ids) != 1]
+        ids: list[int] = []
+        pos: list[int] = []
+        decode, prefill = [], []
+        last = [0] * len(chunks)
+        for i in order:
+            c = chunks[i]
+            n = len(c.token_ids)
+            ids.extend(c.token_ids)
+            pos.extend(range(c.start_pos, c.start_pos + n))
+            last[i] = len(ids) - 1
+            if n == 1:
+                decode.append((c.start_pos, c.block_table))
+            else:
+                prefill.append((c.start_pos, n, c.block_table))
+        dev = self.device
+        want = [i for i, c in enumerate(chunks) if c.sample]
+        return StepInputs(
+            input_ids=torch.tensor(ids, dtype=torch.long, device=dev),
+            positions=torch.tensor(pos, dtype=torch.long, device=dev),
+            meta=build_metadata(decode, prefill, self.block_size, dev),
+            last_idx=torch.tensor(last, dtype=torch.long, device=dev),
+            sample_rows=want,
+            sample_idx=torch.tensor([last[i] for i in want], dtype=torch.long, device=dev),
+            sample_params=[chunks[i].sampling for i in want],
+            sample_pos=[chunks[i].start_pos + len(chunks[i].token_ids) for i in want],
+        )
+
+    @torch.inference_mode()
+    def run_model(self, inp: StepInputs) -> torch.Tensor:
+        """The forward pass: hidden states [T, hidden] of all flat tokens (writes KV)."""
+        kv = self.kv
+        return self.model(inp.input_ids, inp.positions, inp.meta, kv.k_caches, kv.v_caches)
+
+    @torch.inference_mode()
+    def sample(self, hidden: torch.Tensor, inp: StepInputs, n: int) -> list[int | None]:
+        """LM head on the sampled rows only, then the sampler; None for non-sampled chunks."""
+        out: list[int | None] = [None] * n
+        if not inp.sample_rows:
+            return out
+        logits = self.model.compute_logits(hidden.index_select(0, inp.sample_idx))
+        toks = self.sampler(logits, inp.sample_params, inp.sample_pos)
+        for i, t in zip(inp.sample_rows, toks, strict=True):
+            out[i] = t
+        return out
+
+    @torch.inference_mode()
+    def forward_logits(self, chunks: list[SeqChunk]) -> torch.Tensor:
+        """fp32 logits [len(chunks), vocab] at each chunk's last position (writes KV)."""
+        inp = self.prepare(chunks)
+        hidden = self.run_model(inp)
+        return self.model.compute_logits(hidden.index_select(0, inp.last_idx)).float()
+
+    @torch.inference_mode()
+    def execute(self, chunks: list[SeqChunk]) -> list[int | None]:
+        """One step: compute all chunks, sample one token per chunk with sample=True."""
+        if not chunks:
+            return []
+        inp = self.prepare(chunks)
+        return self.sample(self.run_model(inp), inp, len(chunks))

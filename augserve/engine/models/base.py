@@ -1,0 +1,72 @@
+"""The interface every model family implements, and config-reading helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from augserve.engine.attention import AttentionMetadata
+from augserve.engine.loader import WeightSource
+
+_MISSING = object()
+
+
+def cfg_get(hf: dict[str, Any], key: str, kind: type, default: Any = _MISSING) -> Any:
+    """hf[key] checked against `kind`; ValueError naming the field when wrong/missing."""
+    val = hf.get(key)
+    if val is None:  # absent or null: fall back to the default
+        if default is None:
+            return None
+        val = default
+    if val is _MISSING:
+        raise ValueError(f"config.json: missing field {key!r}")
+    if kind is float and isinstance(val, int) and not isinstance(val, bool):
+        val = float(val)
+    if not isinstance(val, kind) or (kind is int and isinstance(val, bool)):
+        raise ValueError(f"config.json: field {key!r} must be {kind.__name__}, got {val!r}")
+    if kind in (int, float) and val <= 0 and key not in ("bos_token_id", "eos_token_id"):
+        raise ValueError(f"config.json: field {key!r} must be > 0, got {val!r}")
+    return val
+
+
+def rope_settings(hf: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+    """(rope_theta, rope_scaling) from either transformers 4 or 5 style configs."""
+    params = hf.get("rope_parameters")
+    if isinstance(params, dict):
+        theta = float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+        kind = params.get("rope_type", params.get("type", "default"))
+        return theta, None if kind == "default" else params
+    theta = float(hf.get("rope_theta", 10000.0))
+    scaling = hf.get("rope_scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise ValueError(f"config.json: field 'rope_scaling' must be an object, got {scaling!r}")
+    return theta, scaling
+
+
+class CausalLM(nn.Module):
+    """Base class: decoder-only LM computing over the flat tokens of one step."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_model_len: int
+
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        k_caches: list[torch.Tensor],
+        v_caches: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """Hidden states [T, hidden] of the flat tokens."""
+        raise NotImplementedError
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def load_weights(self, src: WeightSource) -> None:
+        raise NotImplementedError

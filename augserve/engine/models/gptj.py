@@ -1,0 +1,111 @@
+"""GPT-J (interleaved partial rotary, parallel attention + MLP, biased LM head)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from augserve.engine.attention import AttentionMetadata
+from augserve.engine.loader import WeightSource
+from augserve.engine.models.base import CausalLM, cfg_get
+from augserve.engine.models.layers import Rotary, SelfAttention, act_fn, load_param, rope_inv_freq
+
+
+class GPTJBlock(nn.Module):
+    def __init__(self, c: dict[str, Any], rotary: Rotary) -> None:
+        super().__init__()
+        h = c["hidden"]
+        self.ln_1 = nn.LayerNorm(h, eps=c["eps"])
+        self.attn = SelfAttention(h, c["heads"], c["heads"], h // c["heads"], False, False, rotary)
+        self.fc_in = nn.Linear(h, c["inner"])
+        self.fc_out = nn.Linear(c["inner"], h)
+        self.act = act_fn(c["act"])
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        meta: AttentionMetadata,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        h = self.ln_1(x)
+        attn = self.attn(h, cos_sin, meta, k_cache, v_cache)
+        return x + attn + self.fc_out(self.act(self.fc_in(h)))
+
+
+def parse_gptj_config(hf: dict[str, Any]) -> dict[str, Any]:
+    hidden = cfg_get(hf, "n_embd", int)
+    heads = cfg_get(hf, "n_head", int)
+    if hidden % heads:
+        raise ValueError("config.json: n_embd must be a multiple of n_head")
+    head_dim = hidden // heads
+    rot = hf.get("rotary_dim") or head_dim
+    if not isinstance(rot, int) or rot % 2 or rot > head_dim:
+        raise ValueError(
+            f"config.json: field 'rotary_dim' must be an even int <= head dim, got {rot!r}"
+        )
+    return {
+        "hidden": hidden,
+        "heads": heads,
+        "head_dim": head_dim,
+        "rot": rot,
+        "layers": cfg_get(hf, "n_layer", int),
+        "inner": hf.get("n_inner") or 4 * hidden,
+        "vocab": cfg_get(hf, "vocab_size", int),
+        "max_len": cfg_get(hf, "n_positions", int, 2048),
+        "eps": cfg_get(hf, "layer_norm_epsilon", float, 1e-5),
+        "act": hf.get("activation_function", "gelu_new"),
+    }
+
+
+class GPTJForCausalLM(CausalLM):
+    def __init__(self, hf: dict[str, Any]) -> None:
+        super().__init__()
+        c = parse_gptj_config(hf)
+        self.num_layers, self.num_kv_heads, self.head_dim = c["layers"], c["heads"], c["head_dim"]
+        self.vocab_size, self.max_model_len = c["vocab"], c["max_len"]
+        self.rotary = Rotary(c["rot"], rope_inv_freq(c["rot"], 10000.0, None), interleaved=True)
+        self.wte = nn.Embedding(c["vocab"], c["hidden"])
+        self.h = nn.ModuleList(GPTJBlock(c, self.rotary) for _ in range(c["layers"]))
+        self.ln_f = nn.LayerNorm(c["hidden"], eps=c["eps"])
+        self.lm_head = nn.Linear(c["hidden"], c["vocab"])
+
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        k_caches: list[torch.Tensor],
+        v_caches: list[torch.Tensor],
+    ) -> torch.Tensor:
+        x = self.wte(input_ids)
+        cos_sin = self.rotary.cos_sin(positions, x.dtype)
+        for i, block in enumerate(self.h):
+            x = block(x, cos_sin, meta, k_caches[i], v_caches[i])
+        return self.ln_f(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)
+
+    def load_weights(self, src: WeightSource) -> None:
+        load_param(self.wte.weight, src.get("transformer.wte.weight"), "transformer.wte.weight")
+        for mod, name in ((self.ln_f, "transformer.ln_f"), (self.lm_head, "lm_head")):
+            load_param(mod.weight, src.get(name + ".weight"), name + ".weight")
+            load_param(mod.bias, src.get(name + ".bias"), name + ".bias")
+        for i, block in enumerate(self.h):
+            p = f"transformer.h.{i}."
+            qkv = torch.cat([src.get(f"{p}attn.{n}_proj.weight") for n in "qkv"])
+            load_param(block.attn.qkv_proj.weight, qkv, p + "attn.qkv_proj.weight")
+            load_param(
+                block.attn.o_proj.weight, src.get(p + "attn.out_proj.weight"), p + "attn.out_proj"
+            )
+            for mod, name in (
+                (block.ln_1, "ln_1"),
+                (block.fc_in, "mlp.fc_in"),
+                (block.fc_out, "mlp.fc_out"),
+            ):
+                load_param(mod.weight, src.get(f"{p}{name}.weight"), p + name)
+                load_param(mod.bias, src.get(f"{p}{name}.bias"), p + name)

@@ -1,0 +1,158 @@
+"""Llama family: Llama 2/3, Vicuna, Mistral- and Qwen2-style configs (GQA, qkv bias, tying)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from augserve.engine.attention import AttentionMetadata
+from augserve.engine.loader import WeightSource
+from augserve.engine.models.base import CausalLM, cfg_get, rope_settings
+from augserve.engine.models.layers import (
+    RMSNorm,
+    Rotary,
+    SelfAttention,
+    act_fn,
+    load_param,
+    rope_inv_freq,
+)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, c: dict[str, Any], rotary: Rotary) -> None:
+        super().__init__()
+        h, inter = c["hidden"], c["intermediate"]
+        self.self_attn = SelfAttention(
+            h, c["heads"], c["kv_heads"], c["head_dim"], c["qkv_bias"], c["o_bias"], rotary
+        )
+        self.gate_up_proj = nn.Linear(h, 2 * inter, bias=c["mlp_bias"])
+        self.down_proj = nn.Linear(inter, h, bias=c["mlp_bias"])
+        self.input_layernorm = RMSNorm(h, c["eps"])
+        self.post_attention_layernorm = RMSNorm(h, c["eps"])
+        self.act = act_fn(c["act"])
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        meta: AttentionMetadata,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos_sin, meta, k_cache, v_cache)
+        gate, up = self.gate_up_proj(self.post_attention_layernorm(x)).chunk(2, dim=-1)
+        return x + self.down_proj(self.act(gate) * up)
+
+
+def parse_llama_config(hf: dict[str, Any]) -> dict[str, Any]:
+    arch = hf.get("architectures", ["LlamaForCausalLM"])[0]
+    heads = cfg_get(hf, "num_attention_heads", int)
+    hidden = cfg_get(hf, "hidden_size", int)
+    qwen = arch == "Qwen2ForCausalLM"
+    attn_bias = bool(hf.get("attention_bias", False))
+    if qwen and hf.get("use_sliding_window", False):
+        raise ValueError("config.json: field 'use_sliding_window' = true is not supported")
+    max_len = cfg_get(hf, "max_position_embeddings", int, 4096)
+    window = hf.get("sliding_window")
+    if arch == "MistralForCausalLM" and isinstance(window, int) and window > 0:
+        max_len = min(max_len, window)  # full attention is exact up to the window
+    theta, scaling = rope_settings(hf)
+    return {
+        "hidden": hidden,
+        "layers": cfg_get(hf, "num_hidden_layers", int),
+        "heads": heads,
+        "kv_heads": cfg_get(hf, "num_key_value_heads", int, heads),
+        "head_dim": cfg_get(hf, "head_dim", int, hidden // heads),
+        "intermediate": cfg_get(hf, "intermediate_size", int),
+        "vocab": cfg_get(hf, "vocab_size", int),
+        "eps": cfg_get(hf, "rms_norm_eps", float, 1e-6),
+        "max_len": max_len,
+        "qkv_bias": qwen or attn_bias,
+        "o_bias": attn_bias and not qwen,
+        "mlp_bias": bool(hf.get("mlp_bias", False)),
+        "act": hf.get("hidden_act", "silu"),
+        "tie": bool(hf.get("tie_word_embeddings", False)),
+        "theta": theta,
+        "scaling": scaling,
+    }
+
+
+class LlamaForCausalLM(CausalLM):
+    def __init__(self, hf: dict[str, Any]) -> None:
+        super().__init__()
+        c = parse_llama_config(hf)
+        if c["heads"] % c["kv_heads"]:
+            raise ValueError(
+                "config.json: num_attention_heads must be a multiple of num_key_value_heads"
+            )
+        self.c = c
+        self.num_layers, self.num_kv_heads, self.head_dim = (
+            c["layers"],
+            c["kv_heads"],
+            c["head_dim"],
+        )
+        self.vocab_size, self.max_model_len = c["vocab"], c["max_len"]
+        self.rotary = Rotary(
+            c["head_dim"], rope_inv_freq(c["head_dim"], c["theta"], c["scaling"]), False
+        )
+        self.embed_tokens = nn.Embedding(c["vocab"], c["hidden"])
+        self.layers = nn.ModuleList(LlamaDecoderLayer(c, self.rotary) for _ in range(c["layers"]))
+        self.norm = RMSNorm(c["hidden"], c["eps"])
+        self.lm_head = None if c["tie"] else nn.Linear(c["hidden"], c["vocab"], bias=False)
+
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        k_caches: list[torch.Tensor],
+        v_caches: list[torch.Tensor],
+    ) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
+        cos_sin = self.rotary.cos_sin(positions, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos_sin, meta, k_caches[i], v_caches[i])
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        w = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return hidden @ w.t()
+
+    def load_weights(self, src: WeightSource) -> None:
+        load_param(self.embed_tokens.weight, src.get("model.embed_tokens.weight"), "embed_tokens")
+        load_param(self.norm.weight, src.get("model.norm.weight"), "model.norm.weight")
+        if self.lm_head is not None:
+            w = src.get("lm_head.weight") if src.has("lm_head.weight") else None
+            load_param(
+                self.lm_head.weight, w if w is not None else self.embed_tokens.weight, "lm_head"
+            )
+        for i, layer in enumerate(self.layers):
+            self._load_layer(layer, src, f"model.layers.{i}.")
+
+    def _load_layer(self, layer: LlamaDecoderLayer, src: WeightSource, p: str) -> None:
+        a = p + "self_attn."
+        attn = layer.self_attn
+        qkv = [src.get(f"{a}{n}_proj.weight") for n in "qkv"]
+        load_param(attn.qkv_proj.weight, torch.cat(qkv), a + "qkv_proj.weight")
+        if attn.qkv_proj.bias is not None:
+            b = [src.get(f"{a}{n}_proj.bias") for n in "qkv"]
+            load_param(attn.qkv_proj.bias, torch.cat(b), a + "qkv_proj.bias")
+        load_param(attn.o_proj.weight, src.get(a + "o_proj.weight"), a + "o_proj.weight")
+        if attn.o_proj.bias is not None:
+            load_param(attn.o_proj.bias, src.get(a + "o_proj.bias"), a + "o_proj.bias")
+        m = p + "mlp."
+        gu = torch.cat([src.get(m + "gate_proj.weight"), src.get(m + "up_proj.weight")])
+        load_param(layer.gate_up_proj.weight, gu, m + "gate_up_proj.weight")
+        load_param(layer.down_proj.weight, src.get(m + "down_proj.weight"), m + "down_proj.weight")
+        if layer.gate_up_proj.bias is not None and layer.down_proj.bias is not None:
+            gub = torch.cat([src.get(m + "gate_proj.bias"), src.get(m + "up_proj.bias")])
+            load_param(layer.gate_up_proj.bias, gub, m + "gate_up_proj.bias")
+            load_param(layer.down_proj.bias, src.get(m + "down_proj.bias"), m + "down_proj.bias")
+        load_param(layer.input_layernorm.weight, src.get(p + "input_layernorm.weight"), p + "ln1")
+        load_param(
+            layer.post_attention_layernorm.weight,
+            src.get(p + "post_attention_layernorm.weight"),
+            p + "ln2",
+        )

@@ -1,0 +1,138 @@
+"""OPT (learned positions offset by 2, LayerNorm, ReLU MLP, tied LM head)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from augserve.engine.attention import AttentionMetadata
+from augserve.engine.loader import WeightSource
+from augserve.engine.models.base import CausalLM, cfg_get
+from augserve.engine.models.layers import SelfAttention, act_fn, load_param
+
+POS_OFFSET = 2
+
+
+class OPTDecoderLayer(nn.Module):
+    def __init__(self, c: dict[str, Any]) -> None:
+        super().__init__()
+        h, b = c["hidden"], c["bias"]
+        self.self_attn = SelfAttention(h, c["heads"], c["heads"], h // c["heads"], b, b, None)
+        self.self_attn_layer_norm = nn.LayerNorm(h)
+        self.fc1 = nn.Linear(h, c["ffn"], bias=b)
+        self.fc2 = nn.Linear(c["ffn"], h, bias=b)
+        self.final_layer_norm = nn.LayerNorm(h)
+        self.pre_ln = c["pre_ln"]
+        self.act = act_fn(c["act"])
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        meta: AttentionMetadata,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        h = self.self_attn_layer_norm(x) if self.pre_ln else x
+        x = x + self.self_attn(h, None, meta, k_cache, v_cache)
+        if not self.pre_ln:
+            x = self.self_attn_layer_norm(x)
+        h = self.final_layer_norm(x) if self.pre_ln else x
+        x = x + self.fc2(self.act(self.fc1(h)))
+        return x if self.pre_ln else self.final_layer_norm(x)
+
+
+def parse_opt_config(hf: dict[str, Any]) -> dict[str, Any]:
+    hidden = cfg_get(hf, "hidden_size", int)
+    proj = hf.get("word_embed_proj_dim", hidden)
+    if proj != hidden:
+        raise ValueError(
+            f"config.json: field 'word_embed_proj_dim' ({proj}) != hidden_size is not supported"
+        )
+    heads = cfg_get(hf, "num_attention_heads", int)
+    if hidden % heads:
+        raise ValueError("config.json: hidden_size must be a multiple of num_attention_heads")
+    if not hf.get("layer_norm_elementwise_affine", True):
+        raise ValueError(
+            "config.json: field 'layer_norm_elementwise_affine' = false is not supported"
+        )
+    return {
+        "hidden": hidden,
+        "heads": heads,
+        "layers": cfg_get(hf, "num_hidden_layers", int),
+        "ffn": cfg_get(hf, "ffn_dim", int),
+        "vocab": cfg_get(hf, "vocab_size", int),
+        "max_len": cfg_get(hf, "max_position_embeddings", int, 2048),
+        "bias": bool(hf.get("enable_bias", True)),
+        "pre_ln": bool(hf.get("do_layer_norm_before", True)),
+        "final_ln": bool(hf.get("do_layer_norm_before", True))
+        and not hf.get("_remove_final_layer_norm", False),
+        "act": hf.get("activation_function", "relu"),
+    }
+
+
+class OPTForCausalLM(CausalLM):
+    def __init__(self, hf: dict[str, Any]) -> None:
+        super().__init__()
+        c = parse_opt_config(hf)
+        self.num_layers, self.num_kv_heads = c["layers"], c["heads"]
+        self.head_dim, self.vocab_size, self.max_model_len = (
+            c["hidden"] // c["heads"],
+            c["vocab"],
+            c["max_len"],
+        )
+        self.embed_tokens = nn.Embedding(c["vocab"], c["hidden"])
+        self.embed_positions = nn.Embedding(c["max_len"] + POS_OFFSET, c["hidden"])
+        self.layers = nn.ModuleList(OPTDecoderLayer(c) for _ in range(c["layers"]))
+        self.final_layer_norm = nn.LayerNorm(c["hidden"]) if c["final_ln"] else None
+
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        k_caches: list[torch.Tensor],
+        v_caches: list[torch.Tensor],
+    ) -> torch.Tensor:
+        x = self.embed_tokens(input_ids) + self.embed_positions(positions + POS_OFFSET)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, meta, k_caches[i], v_caches[i])
+        return x if self.final_layer_norm is None else self.final_layer_norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden @ self.embed_tokens.weight.t()
+
+    def load_weights(self, src: WeightSource) -> None:
+        prefixes = ("model.decoder.", "decoder.")
+
+        def get(name: str) -> torch.Tensor:
+            return src.first(*(p + name for p in prefixes))
+
+        load_param(self.embed_tokens.weight, get("embed_tokens.weight"), "embed_tokens")
+        load_param(self.embed_positions.weight, get("embed_positions.weight"), "embed_positions")
+        if self.final_layer_norm is not None:
+            load_param(
+                self.final_layer_norm.weight, get("final_layer_norm.weight"), "final_layer_norm"
+            )
+            load_param(self.final_layer_norm.bias, get("final_layer_norm.bias"), "final_layer_norm")
+        for i, layer in enumerate(self.layers):
+            self._load_layer(layer, get, f"layers.{i}.")
+
+    @staticmethod
+    def _load_layer(layer: OPTDecoderLayer, get: Any, p: str) -> None:
+        a = p + "self_attn."
+        attn = layer.self_attn
+        qkv = torch.cat([get(f"{a}{n}_proj.weight") for n in "qkv"])
+        load_param(attn.qkv_proj.weight, qkv, a + "qkv_proj.weight")
+        load_param(attn.o_proj.weight, get(a + "out_proj.weight"), a + "out_proj.weight")
+        if attn.qkv_proj.bias is not None and attn.o_proj.bias is not None:
+            load_param(
+                attn.qkv_proj.bias, torch.cat([get(f"{a}{n}_proj.bias") for n in "qkv"]), a + "bias"
+            )
+            load_param(attn.o_proj.bias, get(a + "out_proj.bias"), a + "out_proj.bias")
+        for mod_name in ("self_attn_layer_norm", "final_layer_norm", "fc1", "fc2"):
+            mod = getattr(layer, mod_name)
+            load_param(mod.weight, get(f"{p}{mod_name}.weight"), p + mod_name)
+            if mod.bias is not None:
+                load_param(mod.bias, get(f"{p}{mod_name}.bias"), p + mod_name)

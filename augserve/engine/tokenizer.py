@@ -1,0 +1,121 @@
+"""Thin tokenizer wrapper over a model dir's tokenizer.json (+ tokenizer_config.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer as HFTokenizer
+
+from augserve.engine.loader import load_optional_json
+
+
+def _token_str(v: Any) -> str | None:
+    """tokenizer_config special tokens are either strings or {'content': ...}."""
+    if isinstance(v, dict):
+        v = v.get("content")
+    return v if isinstance(v, str) else None
+
+
+def _ids(v: Any) -> list[int]:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return [v]
+    if isinstance(v, list):
+        return [x for x in v if isinstance(x, int)]
+    return []
+
+
+def read_eos_token_ids(model_dir: str | Path) -> tuple[int, ...]:
+    """EOS ids from config.json, generation_config.json and tokenizer_config's eos_token."""
+    d = Path(model_dir)
+    ids: list[int] = []
+    for name in ("config.json", "generation_config.json"):
+        ids += _ids(load_optional_json(d / name).get("eos_token_id"))
+    eos = _token_str(load_optional_json(d / "tokenizer_config.json").get("eos_token"))
+    if eos is not None and (d / "tokenizer.json").is_file():
+        tid = HFTokenizer.from_file(str(d / "tokenizer.json")).token_to_id(eos)
+        if tid is not None:
+            ids.append(tid)
+    return tuple(dict.fromkeys(ids))
+
+
+class Tokenizer:
+    """encode / decode / chat template over `tokenizers`."""
+
+    def __init__(self, model_dir: str | Path) -> None:
+        d = Path(model_dir)
+        path = d / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"missing file: {path}")
+        self._tok = HFTokenizer.from_file(str(path))
+        cfg = load_optional_json(d / "tokenizer_config.json")
+        self.bos_token = _token_str(cfg.get("bos_token"))
+        self.eos_token = _token_str(cfg.get("eos_token"))
+        self.bos_token_id = self._tok.token_to_id(self.bos_token) if self.bos_token else None
+        self.add_bos = bool(cfg.get("add_bos_token", False)) and self.bos_token_id is not None
+        self.chat_template: str | None = (
+            cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None
+        )
+        self.eos_token_ids = read_eos_token_ids(d)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._tok.get_vocab_size())
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids = list(self._tok.encode(text, add_special_tokens=False).ids)
+        bos = self.bos_token_id
+        if add_special_tokens and self.add_bos and bos is not None and ids[:1] != [bos]:
+            ids.insert(0, bos)
+        return ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        """Render with tokenizer_config's Jinja template if present (and jinja2 installed),
+        else a simple fallback: '<|role|>\\ncontent\\n' per message, then '<|assistant|>\\n'."""
+        if self.chat_template is not None:
+            try:
+                import jinja2
+            except ImportError:
+                jinja2 = None  # type: ignore[assignment]
+            if jinja2 is not None:
+                env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+                return env.from_string(self.chat_template).render(
+                    messages=messages,
+                    add_generation_prompt=add_generation_prompt,
+                    bos_token=self.bos_token or "",
+                    eos_token=self.eos_token or "",
+                )
+        text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
+        return text + ("<|assistant|>\n" if add_generation_prompt else "")
+
+
+class IncrementalDetokenizer:
+    """Turns a growing list of token ids into text deltas, holding back partial UTF-8."""
+
+    def __init__(self, tokenizer: Tokenizer, prompt_ids: list[int] | None = None) -> None:
+        self.tok = tokenizer
+        self.ids: list[int] = []
+        self.prefix_offset = 0
+        self.read_offset = 0
+        self.text = ""
+        if prompt_ids:  # decode relative to a few prompt tokens for correct spacing
+            tail = prompt_ids[-4:]
+            self.ids = list(tail)
+            self.read_offset = len(tail)
+
+    def add(self, new_ids: list[int]) -> str:
+        """Append tokens; return the newly completed text (may be '')."""
+        self.ids.extend(new_ids)
+        prefix = self.tok.decode(self.ids[self.prefix_offset : self.read_offset])
+        full = self.tok.decode(self.ids[self.prefix_offset :])
+        if len(full) > len(prefix) and not full.endswith("\ufffd"):
+            delta = full[len(prefix) :]
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+            self.text += delta
+            return delta
+        return ""

@@ -1,0 +1,153 @@
+"""External calls: scripted (trace-driven) and model-driven.
+
+Scripted mode follows INFERCEPT's evaluation: a request carries its segment
+plan (`Request.segments`); the call starts after the segment's planned number
+of generated tokens, lasts the trace's `call_time` seconds and returns
+`return_len` deterministic filler tokens.
+
+Model-driven mode is a hook for the server: a `ToolCallParser` looks at the
+text generated so far and says whether the model just emitted a call; a
+`ToolExecutor` runs it (async) and returns token ids or text.
+
+Calls never run on the engine loop: the engine reports a `PendingCall`, and the
+driver (the sync `LLM` loop or `AsyncLLMEngine`) waits for it off the loop and
+hands the result back with `resume`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from augserve.core.request import Request, Segment
+from augserve.sched.output import StepEvent
+
+FILLER_TEXT = " The tool returned the following result: 42. "
+PROMPT_TEXT = "Please answer the question. "
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    """A tool call the model emitted: a tool name and its arguments."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    raw: str = ""
+
+
+class ToolCallParser(Protocol):
+    """Finds a complete tool call at the end of the generated text.
+
+    `text` is everything generated (and returned) after the prompt;
+    `segment_start` is the offset in `text` where the current segment began
+    (after the prompt or the last call's result), so a call that was already
+    executed is never seen twice. Return None while no call is complete.
+    """
+
+    def parse(self, text: str, segment_start: int) -> ParsedCall | None: ...
+
+
+class ToolExecutor(Protocol):
+    """Runs one call; returns token ids, or text that the engine tokenizes."""
+
+    async def __call__(self, call: ParsedCall) -> list[int] | str: ...
+
+
+@dataclass(frozen=True)
+class ScriptedCall:
+    """A trace's call: lasts `duration` seconds, returns `token_ids`."""
+
+    duration: float
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """A call the engine started; the driver runs it and resumes the request."""
+
+    request_id: str
+    start: float
+    scripted: ScriptedCall | None = None
+    parsed: ParsedCall | None = None
+
+
+def filler_tokens(base: Sequence[int], n: int) -> list[int]:
+    """`n` deterministic token ids: `base` repeated."""
+    if n <= 0:
+        return []
+    if not base:
+        raise ValueError("filler_tokens: base token list is empty")
+    reps = -(-n // len(base))
+    return (list(base) * reps)[:n]
+
+
+def trace_prompt_ids(tokenizer: Any, text: str | None, n: int) -> list[int]:
+    """`n` prompt token ids for a trace request: BOS (if the tokenizer adds one), then
+    its text's tokens (or a fixed text's) repeated or cut to length. Without a
+    tokenizer: ids 3, 4, ... (`tokenizer` is an `augserve.engine.tokenizer.Tokenizer`)."""
+    if tokenizer is None:
+        return filler_tokens(list(range(3, 67)), n)
+    head = tokenizer.encode("")[:1] if n > 1 else []  # [BOS] or []
+    base = tokenizer.encode(text or PROMPT_TEXT, add_special_tokens=False)
+    return head + filler_tokens(base, n - len(head))
+
+
+def scripted_event(req: Request) -> StepEvent:
+    """Trace-driven decision for the token being sampled now (as tests/sched/driver.py)."""
+    seg = req.current_segment
+    if seg is None:
+        return StepEvent.FINISH
+    if req.segment_generated + 1 < max(1, seg.output_len):
+        return StepEvent.NONE
+    return StepEvent.CALL if seg.has_call else StepEvent.FINISH
+
+
+def scripted_call(seg: Segment, base: Sequence[int], time_scale: float = 1.0) -> ScriptedCall:
+    duration = (seg.call_time or 0.0) * time_scale
+    return ScriptedCall(duration, tuple(filler_tokens(base, seg.return_len)))
+
+
+async def run_call(call: PendingCall, executor: ToolExecutor | None) -> list[int] | str:
+    """Wait for one call (async): a scripted call sleeps, a parsed call runs the executor."""
+    if call.scripted is not None:
+        await asyncio.sleep(call.scripted.duration)
+        return list(call.scripted.token_ids)
+    if call.parsed is None:
+        raise ValueError(f"call of {call.request_id}: neither scripted nor parsed")
+    if executor is None:
+        raise ValueError(
+            f"call of {call.request_id}: the model called a tool but no executor is set"
+        )
+    return await executor(call.parsed)
+
+
+class CallTimers:
+    """Scripted calls for a synchronous loop: a heap of (return time, call)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, PendingCall]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def start(self, call: PendingCall) -> None:
+        if call.scripted is None:
+            raise ValueError(
+                f"call of {call.request_id}: the synchronous loop runs scripted calls only; "
+                "use AsyncLLMEngine for tool executors"
+            )
+        heapq.heappush(self._heap, (call.start + call.scripted.duration, next(self._seq), call))
+
+    def next_time(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def due(self, now: float) -> list[PendingCall]:
+        out = []
+        while self._heap and self._heap[0][0] <= now:
+            out.append(heapq.heappop(self._heap)[2])
+        return out

@@ -1,0 +1,93 @@
+"""The engine backend of `augserve bench`: real-time replay with scripted calls."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from augserve.core.config import SchedulerConfig
+from augserve.core.request import Request, Segment
+from augserve.engine.bench_backend import run_point, run_requests
+from augserve.engine.engine import LLMEngine, default_cost
+from augserve.engine.make_model import make_model
+from augserve.engine.model_runner import ModelRunner
+from augserve.engine.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model("llama", "tiny", tmp_path_factory.mktemp("bench") / "m", seed=4)
+
+
+def test_run_requests_replays_the_plan(model_dir: Path) -> None:
+    runner = ModelRunner.from_dir(
+        model_dir, "fp32", block_size=8, num_device_blocks=48, num_host_blocks=16
+    )
+    engine = LLMEngine(
+        runner, SchedulerConfig(policy="augserve", max_batch_tokens=64), Tokenizer(model_dir)
+    )
+    plans = [
+        [Segment(4, call_time=0.4, return_len=6), Segment(5)],
+        [Segment(7)],
+        [
+            Segment(3, call_time=0.2, return_len=3),
+            Segment(2, call_time=0.6, return_len=4),
+            Segment(3),
+        ],
+        [Segment(6, call_time=1.0, return_len=2), Segment(4)],
+    ]
+    reqs = [Request(f"r{i}", 0.1 * i, 10 + 5 * i, segments=p) for i, p in enumerate(plans)]
+    done, stats = run_requests(engine, reqs, until=30.0, time_scale=0.1)
+    assert all(r.is_finished and r.finish_reason.value == "stop" for r in done)
+    for r, p in zip(done, plans, strict=True):
+        assert r.num_generated_tokens == sum(s.output_len for s in p)
+        assert r.num_returned_tokens == sum(s.return_len for s in p)
+        assert len(r.calls) == sum(1 for s in p if s.has_call)
+        assert all(
+            c.end - c.start >= 0.9 * d
+            for c, d in zip(r.calls, [s.call_time for s in p if s.has_call], strict=True)
+        )
+        assert r.first_token_time is not None and r.finish_time is not None
+    assert stats.calls == 4 and stats.iterations > 0
+    pool = engine.scheduler.pool
+    assert pool.num_free_device == pool.num_device_blocks
+
+
+def test_run_point(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from augserve.bench.runner import BenchPoint
+
+    runner = ModelRunner.from_dir(
+        model_dir, "fp32", block_size=16, num_device_blocks=64, num_host_blocks=32
+    )
+    prof = replace(default_cost(runner, SchedulerConfig(max_batch_tokens=128)), name="tiny")
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(prof.to_dict()))
+    monkeypatch.setenv("AUGSERVE_ENGINE_MODEL", str(model_dir))
+    monkeypatch.setenv("AUGSERVE_ENGINE_DTYPE", "fp32")
+    monkeypatch.setenv("AUGSERVE_ENGINE_TIME_SCALE", "0.01")
+    point = BenchPoint(
+        policy="augserve",
+        rate=1.0,
+        backend="engine",
+        workload="infercept-like",
+        seed=1,
+        profile=str(path),
+        window=10.0,
+        drain=5000.0,
+    )
+    [row] = run_point(point)
+    assert row["num_offered"] >= 5 and row["engine_finished"] == row["num_offered"]
+    assert row["calls"] > 0 and row["iterations"] > 0

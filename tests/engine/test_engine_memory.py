@@ -1,0 +1,98 @@
+"""Memory: a drained engine holds no blocks and no state; KV is allocated once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from augserve.core.config import SchedulerConfig
+from augserve.core.request import Segment
+from augserve.engine.engine import LLMEngine
+from augserve.engine.make_model import make_model
+from augserve.engine.model_runner import ModelRunner
+from augserve.engine.sampling_params import SamplingParams
+from augserve.sched.invariants import check_invariants
+
+PARAMS = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=64)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """Tiny models run fastest on one thread (and a shared machine stays usable)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> LLMEngine:
+    path = make_model("llama", "tiny", tmp_path_factory.mktemp("mem") / "m", seed=2)
+    runner = ModelRunner.from_dir(
+        path, "fp32", block_size=4, num_device_blocks=40, num_host_blocks=24
+    )
+    config = SchedulerConfig(policy="augserve", max_batch_tokens=32, swap_budget_blocks=4)
+    return LLMEngine(runner, config)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def storage(engine: LLMEngine) -> list[tuple[int, tuple[int, ...]]]:
+    kv = engine.runner.kv
+    return [
+        (t.data_ptr(), tuple(t.shape)) for t in kv.k_caches + kv.v_caches + kv.k_host + kv.v_host
+    ]
+
+
+def plan(i: int) -> list[Segment]:
+    if i % 3 == 0:
+        return [Segment(4 + i % 5)]
+    return [Segment(3 + i % 4, call_time=0.02 + 0.01 * (i % 7), return_len=2 + i % 5), Segment(5)]
+
+
+def tick(engine: LLMEngine, now: float, returns: dict[str, tuple[float, list[int]]]) -> int:
+    """Resume due calls, run one step, start its calls; returns requests finished."""
+    for rid, (t, ids) in list(returns.items()):
+        if t <= now:
+            del returns[rid]
+            engine.resume(rid, ids, now=now)
+    step = engine.step(now)
+    check_invariants(engine.scheduler, step.scheduled)
+    for call in step.calls:
+        assert call.scripted is not None
+        returns[call.request_id] = (now + call.scripted.duration, list(call.scripted.token_ids))
+    return len(step.finished)
+
+
+def test_drain_frees_everything_and_kv_is_allocated_once(engine: LLMEngine) -> None:
+    before = storage(engine)
+    now, started, finished, rss = 0.0, 0, 0, []
+    returns: dict[str, tuple[float, list[int]]] = {}
+    for it in range(1000):
+        if engine.scheduler.num_live < 6:
+            prompt = [3 + (started * 31 + j * 7) % 500 for j in range(5 + started % 17)]
+            engine.add_request(f"r{started}", prompt, PARAMS, plan(started), now=now)
+            started += 1
+        finished += tick(engine, now, returns)
+        now += 0.01
+        if it in (200, 999):
+            rss.append(rss_bytes())
+    assert storage(engine) == before  # no reallocation of the KV cache
+    assert rss[1] - rss[0] < 32 * 2**20  # roughly flat
+    for _ in range(2000):  # drain
+        if not engine.has_unfinished():
+            break
+        finished += tick(engine, now, returns)
+        now += 0.01
+    assert finished == started > 50
+    sched, pool = engine.scheduler, engine.scheduler.pool
+    assert pool.num_free_device == pool.num_device_blocks
+    assert pool.num_free_host == pool.num_host_blocks
+    assert not sched.runnable and not sched.paused and not sched.reclaimable
+    assert not sched.finished and not engine._states and not engine._early
+    assert any(bool(torch.count_nonzero(t)) for t in engine.runner.kv.k_host)  # swaps happened
