@@ -6,9 +6,16 @@ tokens otherwise) if they fit the remaining budget and its KV blocks can be
 had. Memory comes, in order, from free blocks, then from paused requests whose
 policy is Swap or Discard (lazy eviction, latest expected return first). A
 request that already holds KV and cannot grow may also displace preserved
-paused requests (swap, else discard) and preempt lower-ranked runnable
-requests (discard and recompute, as vLLM does). The scan goes on past a
+paused requests (swap, else discard) and preempt runnable requests that
+arrived after it and are not in this batch, lowest-ranked first (discard and
+recompute, as vLLM does). The scan goes on past a
 request that does not fit.
+
+Requests that hold KV (running, resumable) are bounded by memory and fully
+sorted; those that hold none (waiting) can be many under overload, so they
+are ranked lazily from a heap and passed over without being popped while
+memory is exhausted (no request without KV could be admitted then). The
+order offered is exactly the policy's sort order.
 
 With chunked prefill a request that does not fit whole takes a partial
 chunk, so the token-budget knapsack is fractional and the greedy order is
@@ -18,8 +25,10 @@ never change the batch, and is not repeated here.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
 from augserve.core.request import Request
 from augserve.sched.output import ScheduledChunk
@@ -32,22 +41,62 @@ def _expected_return(req: Request) -> float:
     return req.calls[-1].start + (req.pred_call_time or 0.0)
 
 
+Keyed = tuple[tuple[Any, ...], Request]
+
+
 class _Packer:
-    def __init__(self, sched: Scheduler, order: Sequence[Request]) -> None:
+    def __init__(self, sched: Scheduler, candidates: Sequence[Request], now: float) -> None:
         self.sched = sched
-        self.order = order
+        self.pool = sched.pool
+        key = sched.policy.key
+        self.held: list[Keyed] = []  # requests holding KV, fully sorted
+        self.waiting: list[Keyed] = []  # requests holding none, a heap
+        for r in candidates:
+            (self.held if r.block_ids or r.host_block_ids else self.waiting).append(
+                (key(r, now), r)
+            )
+        self.held.sort(key=itemgetter(0))
+        heapq.heapify(self.waiting)  # keys are unique: they end with the request id
+        self.holders = [r for _, r in self.held]  # preemption victims come from here
+        self.next_holder = 0
+        self.last_key: tuple[Any, ...] | None = None
         self.scheduled: set[str] = set()
         self.reclaim_exhausted = not sched.reclaimable
         self.block_size = sched.config.block_size
+
+    def next_request(self) -> Request | None:
+        """The next request in policy order that could possibly be scheduled.
+
+        While memory is gone (nothing free, nothing reclaimable) requests
+        without KV are passed over without popping them; once memory frees
+        again, those ranked before the last offered request are dropped, as
+        they were passed over at their turn.
+        """
+        held, heap = self.held, self.waiting
+        gone = not self.pool.device.num_free and self.reclaim_exhausted
+        if not gone and self.last_key is not None:
+            while heap and heap[0][0] < self.last_key:
+                heapq.heappop(heap)
+        i = self.next_holder
+        if i < len(held) and (gone or not heap or held[i][0] < heap[0][0]):
+            key, req = held[i]
+            self.next_holder = i + 1
+        elif gone or not heap:
+            return None
+        else:
+            key, req = heapq.heappop(heap)
+        self.last_key = key
+        return req
 
     def run(self, budget: int) -> list[ScheduledChunk]:
         cfg = self.sched.config
         chunks: list[ScheduledChunk] = []
         left = budget
-        for idx, req in enumerate(self.order):
-            if left <= 0 or len(chunks) >= cfg.max_num_seqs:
+        while left > 0 and len(chunks) < cfg.max_num_seqs:
+            req = self.next_request()
+            if req is None:
                 break
-            chunk = self.try_schedule(req, idx, left)
+            chunk = self.try_schedule(req, left)
             if chunk is None:
                 if not cfg.scan_on:
                     break
@@ -57,7 +106,7 @@ class _Packer:
             self.scheduled.add(req.request_id)
         return chunks
 
-    def try_schedule(self, req: Request, idx: int, left: int) -> ScheduledChunk | None:
+    def try_schedule(self, req: Request, left: int) -> ScheduledChunk | None:
         computed = req.num_computed_tokens
         if (
             req.num_tokens - computed == 1
@@ -75,14 +124,13 @@ class _Packer:
         if req.host_block_ids:
             missing = len(req.host_block_ids) - pool.num_free_device
             if missing > 0:  # it holds KV: it may displace and preempt like a running request
-                self.make_room(missing, idx, urgent=True)
+                self.make_room(missing, req)
             if not kv.swap_in(req):
                 return None
         n = min(req.num_uncomputed_tokens, left)
         need = kv.blocks_needed(req, n)
         if need > pool.num_free_device:
-            urgent = bool(req.block_ids)
-            self.make_room(need - pool.num_free_device, idx, urgent)
+            self.make_room(need - pool.num_free_device, req if req.block_ids else None)
             if need > pool.num_free_device:
                 n = min(n, kv.token_capacity(req, pool.num_free_device))
                 if n <= 0:
@@ -91,7 +139,9 @@ class _Packer:
         kv.allocate(req, need)
         return sched.make_chunk(req, n)
 
-    def make_room(self, blocks: int, idx: int, urgent: bool) -> int:
+    def make_room(self, blocks: int, holder: Request | None) -> int:
+        """Free `blocks` device blocks; a KV `holder` that must grow may take more."""
+        urgent = holder is not None
         freed = 0
         if not self.reclaim_exhausted:
             for victim in sorted(
@@ -105,7 +155,7 @@ class _Packer:
             return freed
         freed += self._displace_preserved(blocks - freed)
         if freed < blocks:
-            freed += self._preempt_lower(blocks - freed, idx)
+            freed += self._preempt_younger(blocks - freed, holder)
         return freed
 
     def _displace_preserved(self, blocks: int) -> int:
@@ -117,21 +167,34 @@ class _Packer:
             freed += self.sched.evict(victim, blocks - freed, urgent=True)
         return freed
 
-    def _preempt_lower(self, blocks: int, idx: int) -> int:
+    def _preempt_younger(self, blocks: int, holder: Request | None) -> int:
+        """Preempt unscheduled KV holders that arrived after `holder`, lowest-ranked first.
+
+        Only the older request may preempt: with priorities that age (AugServe's
+        value grows while a request waits) two requests could otherwise preempt
+        each other forever. The oldest KV holder can always take all memory, so
+        some request always progresses.
+        """
+        if holder is None:
+            return 0
         freed = 0
-        for victim in reversed(self.order[idx + 1 :]):
+        mine = (holder.queue_time, holder.request_id)
+        for victim in reversed(self.holders):
             if freed >= blocks:
                 break
-            if victim.request_id in self.scheduled or not (
-                victim.block_ids or victim.host_block_ids
+            if (
+                victim.request_id in self.scheduled
+                or (victim.queue_time, victim.request_id) <= mine
             ):
                 continue
-            freed += len(victim.block_ids)
-            self.sched.preempt(victim)
+            if victim.block_ids or victim.host_block_ids:
+                freed += len(victim.block_ids)
+                self.sched.preempt(victim)
         return freed
 
 
 def pack_batch(
-    sched: Scheduler, order: Sequence[Request], budget: int, now: float
+    sched: Scheduler, candidates: Sequence[Request], budget: int, now: float
 ) -> list[ScheduledChunk]:
-    return _Packer(sched, order).run(budget)
+    """The iteration's chunks, in the policy's order, within budget and memory."""
+    return _Packer(sched, candidates, now).run(budget)

@@ -124,8 +124,7 @@ class Scheduler:
         out.token_budget = self.token_budget()
         self._running_tokens = self._count_running_tokens()
         candidates = list(self.runnable.values())
-        order = self.policy.order(candidates, now)
-        out.chunks = pack_batch(self, order, out.token_budget, now)
+        out.chunks = pack_batch(self, candidates, out.token_budget, now)
         for req in candidates:
             req.num_skipped += 1
         running = RequestStatus.RUNNING

@@ -8,7 +8,7 @@ context policy actually applied during the call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 from augserve.core.request import ContextPolicy, Request
 from augserve.sched.costs import c_call, c_decode, c_prefill, c_resume, c_return
@@ -17,6 +17,10 @@ from augserve.sched.policies.base import PlanningPolicy
 
 class AugServePolicy(PlanningPolicy):
     name = "augserve"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._beta_ms = self.config.beta * 1000.0  # beta is per millisecond of waiting
 
     def _segment_tail(self, req: Request, ctx_start: int) -> float:
         """C^decode of the predicted output plus C^call of the predicted call."""
@@ -47,11 +51,6 @@ class AugServePolicy(PlanningPolicy):
     def on_return(self, req: Request, applied: ContextPolicy, now: float) -> None:
         req.cost = max(self.return_cost(req, applied), 1e-12)
 
-    def value(self, req: Request, now: float) -> float:
-        return 1.0 + self.config.beta * (now - req.last_scheduled_time) * 1000.0
-
-    def order(self, reqs: Sequence[Request], now: float) -> list[Request]:
-        beta_ms = self.config.beta * 1000.0
-        for r in reqs:
-            r.priority = (1.0 + beta_ms * (now - r.last_scheduled_time)) / r.cost
-        return sorted(reqs, key=lambda r: (-r.priority, r.queue_time, r.request_id))
+    def key(self, req: Request, now: float) -> tuple[Any, ...]:
+        req.priority = (1.0 + self._beta_ms * (now - req.last_scheduled_time)) / req.cost
+        return (-req.priority, req.queue_time, req.request_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.cost import CostModel
@@ -36,17 +37,17 @@ class RankingPolicy:
     def on_return(self, req: Request, applied: ContextPolicy, now: float) -> None:
         """A call returned; `applied` is what really happened to the KV."""
 
+    def key(self, req: Request, now: float) -> tuple[Any, ...]:
+        """Sort key: lower runs first. Must end with the request id (keys are unique)."""
+        return (req.queue_time, req.request_id)
+
     def order(self, reqs: Sequence[Request], now: float) -> list[Request]:
-        raise NotImplementedError  # every registered policy overrides this
+        return sorted(reqs, key=lambda r: self.key(r, now))
 
     def after_schedule(
         self, candidates: Sequence[Request], scheduled: set[str], now: float
     ) -> None:
         """Called once per iteration with the runnable set and those that ran."""
-
-
-def fcfs_key(req: Request) -> tuple[float, str]:
-    return (req.queue_time, req.request_id)
 
 
 def predicted_remaining(req: Request) -> float:

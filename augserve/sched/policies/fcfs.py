@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 from augserve.core.request import Request, RequestStatus
-from augserve.sched.policies.base import RankingPolicy, fcfs_key
+from augserve.sched.policies.base import RankingPolicy
 
 
 class VLLMPolicy(RankingPolicy):
@@ -18,14 +18,11 @@ class VLLMPolicy(RankingPolicy):
     discard_on_call = True
     requeue_on_return = True
 
-    def order(self, reqs: Sequence[Request], now: float) -> list[Request]:
-        return sorted(reqs, key=lambda r: (r.status is not RequestStatus.RUNNING, *fcfs_key(r)))
+    def key(self, req: Request, now: float) -> tuple[Any, ...]:
+        return (req.status is not RequestStatus.RUNNING, req.queue_time, req.request_id)
 
 
 class InferceptPolicy(RankingPolicy):
     """INFERCEPT: FCFS by original arrival, also after a return; min-waste context policy."""
 
-    name = "infercept"
-
-    def order(self, reqs: Sequence[Request], now: float) -> list[Request]:
-        return sorted(reqs, key=fcfs_key)
+    name = "infercept"  # the base key: (queue time = original arrival, id)

@@ -10,10 +10,11 @@ predicted to equal the output before it (the predictor sees one segment).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from augserve.core.request import ContextPolicy, Request, RequestStatus
 from augserve.sched.costs import c_decode
-from augserve.sched.policies.base import PlanningPolicy, fcfs_key
+from augserve.sched.policies.base import PlanningPolicy
 
 
 class MARSPolicy(PlanningPolicy):
@@ -49,20 +50,12 @@ class MARSPolicy(PlanningPolicy):
     def on_return(self, req: Request, applied: ContextPolicy, now: float) -> None:
         req.priority = self.round_score(req)
 
-    def order(self, reqs: Sequence[Request], now: float) -> list[Request]:
-        boosted = [r for r in reqs if r.request_id in self._boost]
-        running = [
-            r for r in reqs if r.status is RequestStatus.RUNNING and r.request_id not in self._boost
-        ]
-        rest = [
-            r
-            for r in reqs
-            if r.status is not RequestStatus.RUNNING and r.request_id not in self._boost
-        ]
-        boosted.sort(key=fcfs_key)
-        running.sort(key=fcfs_key)
-        rest.sort(key=lambda r: (r.priority, *fcfs_key(r)))
-        return boosted + running + rest
+    def key(self, req: Request, now: float) -> tuple[Any, ...]:
+        if req.request_id in self._boost:
+            return (0, 0.0, req.queue_time, req.request_id)
+        if req.status is RequestStatus.RUNNING:
+            return (1, 0.0, req.queue_time, req.request_id)
+        return (2, req.priority, req.queue_time, req.request_id)
 
     def after_schedule(
         self, candidates: Sequence[Request], scheduled: set[str], now: float

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 from augserve.core.request import Request
 from augserve.sched.policies.base import RankingPolicy, predicted_remaining
@@ -11,5 +11,5 @@ from augserve.sched.policies.base import RankingPolicy, predicted_remaining
 class SSJFPolicy(RankingPolicy):
     name = "ssjf"
 
-    def order(self, reqs: Sequence[Request], now: float) -> list[Request]:
-        return sorted(reqs, key=lambda r: (predicted_remaining(r), r.queue_time, r.request_id))
+    def key(self, req: Request, now: float) -> tuple[Any, ...]:
+        return (predicted_remaining(req), req.queue_time, req.request_id)
