@@ -40,11 +40,11 @@ WORKLOAD_NAMES = (
 
 
 def default_data_dir() -> Path:
-    """`$AUGSERVE_DATA_DIR`, else `../shared/data` beside the repository root."""
+    """`$AUGSERVE_DATA_DIR`, else the copy shipped in the package (`augserve/data`)."""
     env = os.environ.get("AUGSERVE_DATA_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    return Path(__file__).resolve().parents[1] / "data"
 
 
 def load_trace(path: str | Path) -> Trace:
