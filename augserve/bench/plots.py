@@ -1,0 +1,48 @@
+"""Plots of a rate sweep: goodput, TTFT and normalized latency vs rate (paper figure 7)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+PANELS = (
+    ("goodput", "goodput (req/s)", False),
+    ("ttft_mean", "mean TTFT (s)", True),
+    ("norm_latency_mean", "mean normalized latency (s/token)", True),
+)
+
+
+def plot_sweep(
+    rows: Sequence[Mapping[str, Any]], path: str | Path, title: str | None = None
+) -> Path:
+    """One panel per metric, one line per policy, rate on the x axis. Returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies = list(dict.fromkeys(str(r["policy"]) for r in rows))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
+    for ax, (key, label, log) in zip(axes, PANELS, strict=True):
+        for policy in policies:
+            pts = sorted(
+                (float(r["rate"]), r.get(key))
+                for r in rows
+                if r["policy"] == policy and r.get(key) is not None
+            )
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy)
+        ax.set_xlabel("request rate (req/s)")
+        ax.set_ylabel(label)
+        if log and any(r.get(key) for r in rows):
+            ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,334 @@
+"""Benchmark points and the pluggable backends that run them.
+
+A `BenchPoint` is one (policy, rate, seed) setting with everything needed to
+run it on its own, in any process. A backend is a function
+`run_point(point) -> list[row]` (a row is a flat dict of metrics) registered
+by name as a dotted path `"module:function"`, imported lazily in the worker
+(so a worker process can run a backend that was never imported by the
+parent). `sim` is the discrete-event simulator; `engine` is the real engine
+(added by the engine's own module).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+Row = dict[str, Any]
+RunPoint = Callable[["BenchPoint"], list[Row]]
+
+BACKENDS: dict[str, str] = {
+    "sim": "augserve.bench.runner:run_sim_point",
+    "engine": "augserve.engine.bench_backend:run_point",
+}
+
+
+def register_backend(name: str, target: str) -> None:
+    """Make `--backend NAME` run `target` ("module:function", a `RunPoint`)."""
+    if ":" not in target:
+        raise ValueError(f"backend {name!r}: target must be 'module:function', got {target!r}")
+    BACKENDS[name] = target
+
+
+def get_backend(name: str) -> RunPoint:
+    try:
+        target = BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}") from None
+    module, _, func = target.partition(":")
+    try:
+        fn: RunPoint = getattr(importlib.import_module(module), func)
+    except (ModuleNotFoundError, AttributeError) as exc:
+        raise ValueError(f"backend {name!r} is not available ({target}): {exc}") from None
+    return fn
+
+
+@dataclass(frozen=True)
+class BenchPoint:
+    """One run: a policy at an arrival rate with one seed, on one workload and setup.
+
+    Workload: `trace` (a trace file, resampled uniformly with replacement to
+    the arrival stream) or `workload` (a `make_workload` name). Arrivals:
+    `poisson` or `gamma:CV` at `rate` req/s over `window` seconds; serving goes
+    on for `drain` seconds after arrivals stop.
+    """
+
+    policy: str
+    rate: float
+    seed: int = 0
+    backend: str = "sim"
+    trace: str | None = None
+    workload: str | None = None
+    arrival: str = "poisson"
+    profile: str = "opt-13b-h800"
+    window: float = 600.0
+    drain: float = 0.0
+    predictor: str = "oracle"
+    beta: float | None = None
+    max_batch_tokens: int | None = None
+    block_size: int = 16
+    overrides: tuple[tuple[str, str], ...] = ()  # further SchedulerConfig fields (--set)
+
+    def __post_init__(self) -> None:
+        if (self.trace is None) == (self.workload is None):
+            raise ValueError("BenchPoint: give exactly one of trace and workload")
+        if not self.rate > 0:
+            raise ValueError(f"BenchPoint.rate must be > 0, got {self.rate}")
+        if not self.window > 0:
+            raise ValueError(f"BenchPoint.window must be > 0, got {self.window}")
+        if self.drain < 0:
+            raise ValueError(f"BenchPoint.drain must be >= 0, got {self.drain}")
+        arrival_cv(self.arrival)
+        parse_overrides(self.overrides)
+
+    def key(self) -> dict[str, Any]:
+        """The point's settings, as the leading columns of its rows."""
+        return asdict(self)
+
+
+def arrival_cv(spec: str) -> float:
+    """`poisson` -> 1.0; `gamma:CV` -> CV."""
+    if spec == "poisson":
+        return 1.0
+    kind, _, arg = spec.partition(":")
+    if kind == "gamma":
+        try:
+            cv = float(arg)
+        except ValueError:
+            cv = -1.0
+        if cv > 0:
+            return cv
+    raise ValueError(f"arrival: want 'poisson' or 'gamma:CV' with CV > 0, got {spec!r}")
+
+
+def parse_overrides(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """`(("beta_high", "1.0"), ("dynamic_budget", "false"))` -> typed SchedulerConfig fields."""
+    from dataclasses import fields
+
+    from augserve.core.config import SchedulerConfig
+    from augserve.core.request import ContextPolicy
+
+    known = {f.name: f for f in fields(SchedulerConfig)}
+    out: dict[str, Any] = {}
+    for key, text in pairs:
+        if key not in known or key in ("policy", "predictor"):
+            raise ValueError(f"--set: unknown scheduler option {key!r}")
+        default = getattr(SchedulerConfig(), key)
+        low = text.strip().lower()
+        try:
+            if low in ("none", "null"):
+                out[key] = None
+            elif key == "forced_context_policy":
+                out[key] = ContextPolicy(low)
+            elif isinstance(default, bool) or key == "dynamic_budget":
+                if low not in ("true", "false", "1", "0"):
+                    raise ValueError(text)
+                out[key] = low in ("true", "1")
+            elif isinstance(default, int) or key == "swap_budget_blocks":
+                out[key] = int(text)
+            else:
+                out[key] = float(text)
+        except ValueError:
+            raise ValueError(f"--set: bad value {text!r} for {key}") from None
+    return out
+
+
+# --- the simulator backend ----------------------------------------------------------
+@lru_cache(maxsize=8)
+def _load_trace_cached(path: str) -> Any:
+    from augserve.workload import load_trace
+
+    return load_trace(path)
+
+
+def build_requests(point: BenchPoint) -> list[Any]:
+    """The arrival stream: arrival times in [0, window), a request drawn for each."""
+    from augserve.workload import ArrivalConfig, arrival_times_until, make_workload, resample
+
+    cfg = ArrivalConfig(point.rate, arrival_cv(point.arrival))
+    times = arrival_times_until(cfg, point.window, seed=point.seed)
+    if point.trace is not None:
+        trace = resample(_load_trace_cached(point.trace), len(times), seed=point.seed)
+    else:
+        assert point.workload is not None
+        trace = make_workload(point.workload, len(times), seed=point.seed)
+    if len(trace) < len(times):
+        raise ValueError(
+            f"workload {point.workload!r} has {len(trace)} requests, "
+            f"the arrival stream needs {len(times)}"
+        )
+    return trace.to_requests(times)
+
+
+def point_scheduler_config(point: BenchPoint, profile: Any) -> Any:
+    """The point's `SchedulerConfig`: capacities from the profile, then the point's
+    beta / max_batch_tokens / block size / predictor and `--set` overrides.
+    Every backend should build its scheduler config with this."""
+    from augserve.sim.simulator import scheduler_config_for
+
+    return scheduler_config_for(
+        profile,
+        point.policy,
+        block_size=point.block_size,
+        beta=point.beta,
+        max_batch_tokens=point.max_batch_tokens,
+        predictor=point.predictor,
+        **parse_overrides(point.overrides),
+    )
+
+
+def run_sim_point(point: BenchPoint) -> list[Row]:
+    """Simulate one point and summarize it as one row."""
+    from augserve.core.metrics import SLOConfig, compute_metrics
+    from augserve.predict.base import make_predictor
+    from augserve.sim.profiles import load_profile
+    from augserve.sim.simulator import simulate
+
+    profile = load_profile(point.profile)
+    config = point_scheduler_config(point, profile)
+    requests = build_requests(point)
+    predictor = make_predictor(point.predictor, seed=point.seed)
+    t0 = time.perf_counter()
+    result = simulate(requests, profile, config, point.window, point.drain, predictor)
+    wall = time.perf_counter() - t0
+    slo = SLOConfig.from_iteration_time(profile.decode_iter_time())
+    summary = compute_metrics(result.requests, slo, start=0.0, end=point.window + point.drain)
+    row: Row = point.key()
+    row["overrides"] = ",".join(f"{k}={v}" for k, v in point.overrides)
+    row.update(summary.to_dict())
+    per_window = (point.window + point.drain) / point.window  # rates per second of window
+    for name in ("goodput", "throughput_rps", "throughput_tps"):
+        row[name] *= per_window
+    stats = result.stats
+    row.update(
+        num_offered=len(result.requests) - len(result.not_arrived),
+        sim_finished=len(result.finished),
+        sim_unfinished=len(result.unfinished),
+        iterations=stats.iterations,
+        busy_share=stats.busy_time / max(stats.end_time, 1e-12),
+        swap_stall_s=stats.swap_stall_time,
+        swapped_blocks=stats.swapped_blocks,
+        discards=stats.discards,
+        calls=stats.calls,
+        stalled=stats.stalled,
+        sched_ms_per_iter=stats.sched_ms_per_iter,
+        sim_wall_s=wall,
+        sim_end_time=stats.end_time,
+    )
+    return [row]
+
+
+# --- running many points --------------------------------------------------------------
+def _run(point: BenchPoint) -> list[Row]:
+    return get_backend(point.backend)(point)
+
+
+def run_points(
+    points: Sequence[BenchPoint],
+    workers: int | None = None,
+    progress: bool = True,
+) -> list[Row]:
+    """Run every point (in parallel worker processes when workers > 1), in point order."""
+    workers = max(1, min(workers or os.cpu_count() or 1, len(points) or 1))
+    bar = _progress(len(points), progress)
+    by_index: dict[int, list[Row]] = {}
+    try:
+        if workers == 1:
+            for i, p in enumerate(points):
+                by_index[i] = _run(p)
+                bar.update(1)
+        else:
+            # the costliest points (highest rate, longest window) first: shorter tail
+            order = sorted(range(len(points)), key=lambda i: -points[i].rate * points[i].window)
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = {pool.submit(_run, points[i]): i for i in order}
+                for fut in as_completed(futures):
+                    by_index[futures[fut]] = fut.result()
+                    bar.update(1)
+    finally:
+        bar.close()
+    return [row for i in range(len(points)) for row in by_index[i]]
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, enabled: bool) -> Any:
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    return tqdm(total=total, desc="bench", unit="pt")
+
+
+# --- aggregation over seeds --------------------------------------------------------------
+_GROUP = ("backend", "policy", "rate", "arrival", "profile", "predictor", "overrides")
+
+
+def aggregate(rows: Iterable[Row]) -> list[Row]:
+    """One row per (policy, rate, ...): numeric columns averaged over seeds."""
+    groups: dict[tuple[Any, ...], list[Row]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row.get(k) for k in _GROUP), []).append(row)
+    out: list[Row] = []
+    for members in groups.values():
+        merged: Row = {}
+        for key in members[0]:
+            values = [m.get(key) for m in members]
+            nums = [float(v) for v in values if _is_num(v)]  # type: ignore[arg-type]
+            if key == "seed":
+                merged[key] = values if len(values) > 1 else values[0]
+            elif all(isinstance(v, bool) for v in values):
+                merged[key] = any(values)
+            elif key in _GROUP or not nums or len(nums) != len(values):
+                merged[key] = values[0]
+            else:
+                merged[key] = sum(nums) / len(nums)
+        merged["num_seeds"] = len(members)
+        out.append(merged)
+    return out
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def expand_points(
+    base: BenchPoint, policies: Sequence[str], rates: Sequence[float], seeds: Sequence[int]
+) -> list[BenchPoint]:
+    """The grid policies x rates x seeds (policy outermost)."""
+    return [replace(base, policy=p, rate=r, seed=s) for p in policies for r in rates for s in seeds]
+
+
+def default_trace_path() -> Path:
+    """The INFERCEPT trace: shipped under `augserve/data/` if present, else
+    `../shared/data/infercept/merged_exp_uniform.json` from the current
+    directory, else the workload registry's data directory."""
+    from importlib import resources
+
+    name = "merged_exp_uniform.json"
+    try:
+        shipped = resources.files("augserve.data").joinpath("infercept", name)
+        if shipped.is_file():
+            return Path(str(shipped))
+    except ModuleNotFoundError:
+        pass
+    local = Path("..") / "shared" / "data" / "infercept" / name
+    if local.is_file():
+        return local
+    from augserve.workload.registry import default_data_dir
+
+    return default_data_dir() / "infercept" / name

@@ -1,0 +1,238 @@
+"""Discrete-event simulator: the real `Scheduler` on a virtual clock (DESIGN.md, executors).
+
+Events are arrivals, call returns and iteration ends. The loop:
+
+1. deliver every arrival and call return due at `now`, in time order (at equal
+   times arrivals before returns, then in insertion order);
+2. `out = sched.schedule(now)`;
+3. if the iteration does work, it lasts
+   `dt = compute + max(0, swap - compute)` where
+   `compute = profile.iteration_time(out.batch_shape(block_size))` and
+   `swap = profile.swap_time(swapped blocks * block_size)` (swap traffic
+   overlaps compute; only the excess stalls the iteration);
+   `sched.update_from_output(out, results, now + dt)`, where each sampling
+   chunk's result comes from the request's segment plan: the segment ends
+   after `max(1, output_len)` generated tokens, with `StepEvent.CALL` if the
+   segment has a call, else `StepEvent.FINISH`; a started call returns
+   `call_time` seconds later with `return_len` tokens (`sched.resume`);
+4. if the iteration does nothing, the clock jumps to the next event.
+
+Arrivals stop at `window`; serving stops at `window + drain`. Nothing here
+reads the wall clock except the measurement of `schedule()`'s own run time
+(the scheduling-overhead metric), which never feeds back into the simulation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from augserve.core.config import SchedulerConfig
+from augserve.core.cost import LatencyProfile
+from augserve.core.prediction import Predictor
+from augserve.core.request import Request
+from augserve.sched.output import SchedulerOutput, StepEvent, StepResult
+from augserve.sched.scheduler import Scheduler
+
+_ARRIVAL = 0
+_RETURN = 1
+
+
+def scheduler_config_for(
+    profile: LatencyProfile, policy: str, block_size: int = 16, **overrides: Any
+) -> SchedulerConfig:
+    """A `SchedulerConfig` whose capacities and budgets come from `profile`.
+
+    `overrides` are further `SchedulerConfig` fields; None values are ignored.
+    """
+    base = SchedulerConfig(
+        policy=policy,
+        block_size=block_size,
+        num_device_blocks=profile.device_blocks(block_size),
+        num_host_blocks=profile.host_blocks(block_size),
+        max_batch_tokens=profile.max_batch_tokens,
+        max_num_seqs=profile.max_num_seqs,
+    )
+    return base.with_(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def step_results(out: SchedulerOutput) -> dict[str, StepResult]:
+    """A trace-driven executor's report: a segment ends after its planned output."""
+    results: dict[str, StepResult] = {}
+    for chunk in out.chunks:
+        if not chunk.sample:
+            continue
+        req = chunk.request
+        seg = req.current_segment
+        if seg is not None and req.segment_generated + 1 < max(1, seg.output_len):
+            continue  # StepEvent.NONE is the default the scheduler assumes
+        event = StepEvent.CALL if seg is not None and seg.has_call else StepEvent.FINISH
+        results[req.request_id] = StepResult(event=event)
+    return results
+
+
+@dataclass
+class SimStats:
+    """Counters of one run. `sched_wall_s` is wall time and is not deterministic."""
+
+    iterations: int = 0  # iterations that computed or swapped something
+    empty_schedules: int = 0  # schedule() calls that returned nothing to do
+    busy_time: float = 0.0  # virtual seconds spent in iterations
+    swap_stall_time: float = 0.0  # virtual seconds of swap traffic beyond compute
+    swapped_blocks: int = 0
+    discards: int = 0
+    calls: int = 0
+    sched_wall_s: float = 0.0  # wall time inside schedule()
+    sched_calls: int = 0
+    end_time: float = 0.0  # virtual time when the run stopped
+    stalled: bool = False  # runnable work, no event left, nothing schedulable
+
+    @property
+    def sched_ms_per_iter(self) -> float:
+        return 1000.0 * self.sched_wall_s / self.sched_calls if self.sched_calls else 0.0
+
+
+@dataclass
+class SimResult:
+    """Every request of the run, split into finished and unfinished."""
+
+    requests: list[Request]
+    finished: list[Request]
+    unfinished: list[Request]  # live at the end (or finished in an iteration ending after it)
+    not_arrived: list[Request]  # arrival at or after the window end (never offered)
+    window: float
+    drain: float
+    stats: SimStats = field(default_factory=SimStats)
+
+    @property
+    def end(self) -> float:
+        return self.window + self.drain
+
+
+class Simulator:
+    """Drives one `Scheduler` over a list of requests on a virtual clock."""
+
+    def __init__(
+        self,
+        profile: LatencyProfile,
+        config: SchedulerConfig,
+        predictor: Predictor | None = None,
+        check: bool = False,
+    ) -> None:
+        self.profile = profile
+        self.config = config
+        self.sched = Scheduler(config, profile, predictor)
+        self.block_size = config.block_size
+        self.check = check  # run the scheduler invariants after every iteration (tests)
+        self.now = 0.0
+        self.stats = SimStats()
+        self._events: list[tuple[float, int, int, Request]] = []
+        self._seq = 0
+
+    # --- events ------------------------------------------------------------------
+    def _push(self, t: float, kind: int, req: Request) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, kind, self._seq, req))
+
+    def _deliver_due(self) -> None:
+        events = self._events
+        while events and events[0][0] <= self.now:
+            t, kind, _, req = heapq.heappop(events)
+            if kind == _ARRIVAL:
+                self.sched.add_request(req, t)
+            else:
+                seg = req.segments[req.segment_index]
+                self.sched.resume(req.request_id, seg.return_len, t)
+
+    # --- one iteration -----------------------------------------------------------
+    def iteration_time(self, out: SchedulerOutput) -> float:
+        shape = out.batch_shape(self.block_size)
+        compute = self.profile.iteration_time(shape)
+        swap = self.profile.swap_time(shape.swap_tokens) if shape.swap_tokens else 0.0
+        stall = max(0.0, swap - compute)
+        self.stats.swap_stall_time += stall
+        return compute + stall
+
+    def _step(self) -> bool:
+        """Schedule and run one iteration at `now`. False when there was nothing to do."""
+        t0 = time.perf_counter()
+        out = self.sched.schedule(self.now)
+        self.stats.sched_wall_s += time.perf_counter() - t0
+        self.stats.sched_calls += 1
+        if out.is_empty:
+            self.stats.discards += len(out.discarded)
+            self.stats.empty_schedules += 1
+            return False
+        dt = self.iteration_time(out)
+        end = self.now + dt
+        results = step_results(out)
+        self.sched.update_from_output(out, results, end)
+        self.stats.discards += len(out.discarded)  # incl. vLLM's discards at call start
+        for rid, res in results.items():
+            if res.event is StepEvent.CALL:
+                req = self.sched.paused.get(rid)
+                if req is not None:  # not finished instead (length cap)
+                    self.stats.calls += 1
+                    seg = req.segments[req.segment_index]
+                    self._push(end + (seg.call_time or 0.0), _RETURN, req)
+        self.stats.iterations += 1
+        self.stats.busy_time += dt
+        self.stats.swapped_blocks += len(out.swap_out) + len(out.swap_in)
+        if self.check:
+            from augserve.sched.invariants import check_invariants
+
+            check_invariants(self.sched, out)
+        self.now = end
+        return True
+
+    # --- the run -----------------------------------------------------------------
+    def run(self, requests: Iterable[Request], window: float, drain: float = 0.0) -> SimResult:
+        """Offer the requests arriving before `window`; serve until `window + drain`."""
+        if window <= 0:
+            raise ValueError(f"window must be > 0, got {window}")
+        if drain < 0:
+            raise ValueError(f"drain must be >= 0, got {drain}")
+        reqs = sorted(requests, key=lambda r: r.arrival_time)
+        offered = [r for r in reqs if r.arrival_time < window]
+        for req in offered:
+            self._push(req.arrival_time, _ARRIVAL, req)
+        stop = window + drain
+        while self.now < stop:
+            self._deliver_due()
+            if self.sched.runnable and self._step():
+                continue  # the clock moved to the iteration's end
+            if not self._events:
+                self.stats.stalled = bool(self.sched.runnable)
+                break
+            self.now = min(stop, max(self.now, self._events[0][0]))
+        self.stats.end_time = self.now
+        return self._result(reqs, offered, window, drain)
+
+    def _result(
+        self, reqs: list[Request], offered: list[Request], window: float, drain: float
+    ) -> SimResult:
+        stop = window + drain
+
+        def done(r: Request) -> bool:
+            return r.is_finished and r.finish_time is not None and r.finish_time <= stop
+
+        finished = [r for r in offered if done(r)]
+        unfinished = [r for r in offered if not done(r)]
+        not_arrived = [r for r in reqs if r.arrival_time >= window]
+        return SimResult(reqs, finished, unfinished, not_arrived, window, drain, self.stats)
+
+
+def simulate(
+    requests: Iterable[Request],
+    profile: LatencyProfile,
+    config: SchedulerConfig,
+    window: float,
+    drain: float = 0.0,
+    predictor: Predictor | None = None,
+    check: bool = False,
+) -> SimResult:
+    """One run: `Simulator(profile, config, predictor).run(requests, window, drain)`."""
+    return Simulator(profile, config, predictor, check).run(requests, window, drain)
