@@ -17,6 +17,9 @@ class Prediction:
 
 
 class Predictor(Protocol):
+    """Predicts the current segment of each request. A predictor whose calls cost
+    milliseconds sets `expensive = True`; engines then call it off their loop."""
+
     name: str
 
     def predict(self, requests: Sequence[Request]) -> list[Prediction]: ...

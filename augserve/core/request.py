@@ -14,6 +14,7 @@ end of the context, the model samples one new token.
 
 from __future__ import annotations
 
+import copy
 import enum
 from dataclasses import dataclass, field
 
@@ -215,6 +216,18 @@ class Request:
         self.num_tokens += n
         self.num_returned_tokens += n
         return n
+
+    def preview_return(self, num_returned: int, now: float) -> Request:
+        """A copy in the state `resume` will leave this request in (for predicting
+        off the engine loop while the real request waits for its turn)."""
+        view = copy.copy(self)
+        view.num_tokens = self.num_tokens + num_returned
+        view.num_returned_tokens = self.num_returned_tokens + num_returned
+        view.segment_index = self.segment_index + 1
+        view.segment_generated = 0
+        last = self.calls[-1] if self.calls else CallRecord(start=now)
+        view.calls = [*self.calls[:-1], CallRecord(last.start, now, num_returned, last.policy)]
+        return view
 
     def generated_limit_reached(self) -> bool:
         return self.max_tokens is not None and self.num_generated_tokens >= self.max_tokens

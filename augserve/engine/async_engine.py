@@ -7,6 +7,11 @@ thread-safe); calls are awaited in their own tasks, so a call never blocks the
 loop and the loop never waits on a call. When nothing can run (every live
 request is in a call, or none is live) the loop sleeps until an arrival, a
 call return or an abort wakes it.
+
+Predictions stay off the loop too: with an expensive predictor (the learned
+one), a new request is predicted in a worker thread before it joins the
+scheduler, and a returned call's next segment is predicted before its result
+is handed back, so the loop never waits on a predictor.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import contextlib
 import itertools
 from collections.abc import AsyncIterator, Sequence
 
-from augserve.core.request import Segment
+from augserve.core.prediction import Prediction
+from augserve.core.request import Request, Segment
 from augserve.engine.engine import EngineStep, LLMEngine, RequestOutput
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tools import PendingCall, ToolExecutor, run_call
@@ -31,7 +37,7 @@ class AsyncLLMEngine:
         self.executor = executor
         self._streams: dict[str, asyncio.Queue[_Item]] = {}
         self._calls: dict[str, asyncio.Task[None]] = {}
-        self._returns: list[tuple[str, list[int] | str]] = []
+        self._returns: list[tuple[str, list[int] | str, Prediction | None]] = []
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
@@ -53,7 +59,9 @@ class AsyncLLMEngine:
         self._streams[rid] = queue
         finished = False
         try:
-            self.engine.add_request(rid, prompt, params, segments)
+            params = params or SamplingParams()
+            req = self.engine.make_request(rid, prompt, params, segments)
+            self.engine.add(req, params, prediction=await self._predict_off_loop(req))
             self._kick()
             while True:
                 item = await queue.get()
@@ -121,8 +129,23 @@ class AsyncLLMEngine:
 
     def _apply_returns(self) -> None:
         returns, self._returns = self._returns, []
-        for rid, result in returns:
-            self.engine.resume(rid, result)
+        for rid, result, prediction in returns:
+            self.engine.resume(rid, result, prediction=prediction)
+
+    async def _predict_off_loop(self, req: Request) -> Prediction | None:
+        """Run an expensive predictor in a worker thread; cheap ones run inline later."""
+        predictor = self.engine.scheduler.predictor
+        if predictor is None or not getattr(predictor, "expensive", False):
+            return None
+        loop = asyncio.get_running_loop()
+        return (await loop.run_in_executor(None, predictor.predict, [req]))[0]
+
+    async def _predict_return(self, request_id: str, result: list[int] | str) -> Prediction | None:
+        req = self.engine.scheduler.paused.get(request_id)
+        if req is None:
+            return None
+        num_returned = len(self.engine.result_ids(result))
+        return await self._predict_off_loop(req.preview_return(num_returned, self.engine.clock()))
 
     def _dispatch(self, step: EngineStep) -> None:
         for out in step.outputs:
@@ -143,6 +166,7 @@ class AsyncLLMEngine:
             result = f"Error: {exc}"
             if self.engine.tokenizer is None:
                 result = []
+        prediction = await self._predict_return(call.request_id, result)
         self._calls.pop(call.request_id, None)
-        self._returns.append((call.request_id, result))
+        self._returns.append((call.request_id, result, prediction))
         self._kick()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.cost import CostModel, LatencyProfile
-from augserve.core.prediction import Predictor
+from augserve.core.prediction import Prediction, Predictor
 from augserve.core.request import FinishReason, Request, Segment
 from augserve.engine.model_runner import ModelRunner, SeqChunk
 from augserve.engine.sampling_params import SamplingParams, check_stop
@@ -181,6 +181,19 @@ class LLMEngine:
         """Queue a request. With `segments` it is scripted: calls (and the end) follow the
         plan and `params.max_tokens` is not applied; otherwise it runs until a stop."""
         params = params or SamplingParams()
+        req = self.make_request(request_id, prompt, params, segments, now)
+        self.add(req, params, now)
+        return req
+
+    def make_request(
+        self,
+        request_id: str,
+        prompt: str | Sequence[int],
+        params: SamplingParams,
+        segments: Sequence[Segment] | None = None,
+        now: float | None = None,
+    ) -> Request:
+        """Tokenize and build a request without queueing it."""
         text = prompt if isinstance(prompt, str) else None
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -191,7 +204,7 @@ class LLMEngine:
         if not ids:
             raise ValueError(f"request {request_id!r}: empty prompt")
         now = self.clock() if now is None else now
-        req = Request(
+        return Request(
             request_id,
             max(0.0, now),
             len(ids),
@@ -200,10 +213,14 @@ class LLMEngine:
             token_ids=list(ids),
             max_tokens=None if segments else params.max_tokens,
         )
-        self.add(req, params, now)
-        return req
 
-    def add(self, req: Request, params: SamplingParams, now: float | None = None) -> None:
+    def add(
+        self,
+        req: Request,
+        params: SamplingParams,
+        now: float | None = None,
+        prediction: Prediction | None = None,
+    ) -> None:
         """Queue a prebuilt request (`token_ids` = its prompt; `segments` make it scripted)."""
         if req.request_id in self._states:
             raise ValueError(f"request {req.request_id!r} already exists")
@@ -217,7 +234,7 @@ class LLMEngine:
         ids = req.token_ids
         detok = IncrementalDetokenizer(self.tokenizer, ids) if self.tokenizer else None
         self._states[req.request_id] = _SeqState(params, detok, scripted=bool(req.segments))
-        self.scheduler.add_request(req, self.clock() if now is None else now)
+        self.scheduler.add_request(req, self.clock() if now is None else now, prediction)
         self._collect_finished()
 
     def abort(self, request_id: str, now: float | None = None) -> bool:
@@ -227,7 +244,11 @@ class LLMEngine:
         return found
 
     def resume(
-        self, request_id: str, result: Sequence[int] | str, now: float | None = None
+        self,
+        request_id: str,
+        result: Sequence[int] | str,
+        now: float | None = None,
+        prediction: Prediction | None = None,
     ) -> None:
         """A call came back: append its tokens (or tokenized text); the request goes on."""
         now = self.clock() if now is None else now
@@ -236,7 +257,7 @@ class LLMEngine:
             with contextlib.suppress(KeyError):
                 self.scheduler.resume(request_id, [], now)
             return
-        ids = self._result_ids(result)
+        ids = self.result_ids(result)
         req = self.scheduler.paused[request_id]
         ids = ids[: max(0, self.max_model_len - 1 - req.num_tokens)]
         if st.detok is not None:
@@ -244,10 +265,10 @@ class LLMEngine:
             st.text = st.detok.text
         st.stop_from = st.segment_start = len(st.text)
         st.call = None
-        self.scheduler.resume(request_id, ids, now)
+        self.scheduler.resume(request_id, ids, now, prediction)
         self._collect_finished()
 
-    def _result_ids(self, result: Sequence[int] | str) -> list[int]:
+    def result_ids(self, result: Sequence[int] | str) -> list[int]:
         if isinstance(result, str):
             if self.tokenizer is None:
                 raise ValueError("a text call result needs a tokenizer")

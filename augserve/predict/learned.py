@@ -87,6 +87,7 @@ class LearnedPredictor:
     heads: dict[str, Any]
     embedder: MiniLMEmbedder | None = None
     name: str = field(default="learned")
+    expensive = True  # milliseconds per call: engines run it off their loop
 
     def __post_init__(self) -> None:
         self.n_buckets = int(self.manifest["n_buckets"])

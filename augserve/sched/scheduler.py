@@ -219,7 +219,15 @@ class Scheduler:
             allow_swap=self.pool.num_host_blocks > 0,
         )
 
-    def resume(self, request_id: str, returned_tokens: list[int] | int, now: float) -> None:
+    def resume(
+        self,
+        request_id: str,
+        returned_tokens: list[int] | int,
+        now: float,
+        prediction: Prediction | None = None,
+    ) -> None:
+        """The call came back. `prediction`, if given, was made off the engine loop
+        for the state after the return (see `Request.preview_return`)."""
         req = self.paused.pop(request_id, None)
         if req is None:
             if request_id in self._aborted_in_call:
@@ -241,7 +249,7 @@ class Scheduler:
         if req.num_tokens + 1 > self.capacity_tokens:
             self._finish(req, FinishReason.LENGTH, now)
             return
-        self._apply_prediction(req, None)
+        self._apply_prediction(req, prediction)
         self.policy.running_tokens = self.running_tokens()
         self.policy.on_return(req, applied, now)
         self.runnable[request_id] = req
