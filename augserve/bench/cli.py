@@ -100,6 +100,16 @@ def add_parser(subparsers: Any) -> None:
         help="any other SchedulerConfig field, e.g. beta_high=1.0 or "
         "dynamic_budget=false (repeatable)",
     )
+    eng = p.add_argument_group("engine backend (--backend engine)")
+    eng.add_argument("--model", help="model directory (Hugging Face format) for the engine")
+    eng.add_argument("--dtype", help="bf16 (default on CPU), fp16 or fp32")
+    eng.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    eng.add_argument("--threads", type=int, help="torch CPU threads")
+    eng.add_argument(
+        "--time-scale",
+        type=float,
+        help="multiply arrival times, call durations and the window (engine runs in real time)",
+    )
     p.add_argument("--workers", type=int, default=None, help="processes (default: CPU count)")
     p.add_argument("--out", default=DEFAULT_OUT, help="output directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -168,6 +178,22 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _engine_env(args: argparse.Namespace) -> None:
+    """Hand the engine options to the backend (worker processes inherit them)."""
+    if args.model is None and "AUGSERVE_ENGINE_MODEL" not in os.environ:
+        raise ValueError("--backend engine needs --model DIR")
+    for option, var in (
+        ("model", "MODEL"),
+        ("dtype", "DTYPE"),
+        ("device", "DEVICE"),
+        ("threads", "THREADS"),
+        ("time_scale", "TIME_SCALE"),
+    ):
+        value = getattr(args, option)
+        if value is not None:
+            os.environ[f"AUGSERVE_ENGINE_{var}"] = str(value)
+
+
 def run(args: argparse.Namespace) -> int:
     from augserve.bench.plots import plot_sweep
     from augserve.bench.report import write_csv, write_json
@@ -176,6 +202,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     workers = args.workers or os.cpu_count() or 1
+    if args.backend == "engine":
+        _engine_env(args)
+        workers = 1  # real-time runs must not share the CPU with each other
     p0 = points[0]
     print(
         f"bench: {len(points)} points ({args.backend}), trace={p0.trace or p0.workload}, "

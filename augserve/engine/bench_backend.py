@@ -114,14 +114,13 @@ def _sleep_until(
 
 def run_point(point: Any) -> list[Row]:
     """The bench runner's `engine` backend: one BenchPoint -> one summary row."""
-    from augserve.bench.runner import build_requests
+    from augserve.bench.runner import build_requests, point_scheduler_config
     from augserve.core.metrics import SLOConfig, compute_metrics
     from augserve.engine.kv_cache import KVCacheConfig
     from augserve.engine.model_runner import ModelRunner, RunnerConfig
     from augserve.engine.tokenizer import Tokenizer
     from augserve.predict.base import make_predictor
     from augserve.sim.profiles import load_profile
-    from augserve.sim.simulator import scheduler_config_for
 
     model = os.environ.get("AUGSERVE_ENGINE_MODEL")
     if not model:
@@ -141,14 +140,7 @@ def run_point(point: Any) -> list[Row]:
             int(threads) if threads else None,
         )
     )
-    config = scheduler_config_for(
-        profile,
-        point.policy,
-        block_size=point.block_size,
-        beta=point.beta,
-        max_batch_tokens=point.max_batch_tokens,
-        predictor=point.predictor,
-    )
+    config = point_scheduler_config(point, profile)
     engine = LLMEngine(
         runner, config, Tokenizer(model), profile, make_predictor(point.predictor, seed=point.seed)
     )

@@ -91,3 +91,30 @@ def test_run_point(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     [row] = run_point(point)
     assert row["num_offered"] >= 5 and row["engine_finished"] == row["num_offered"]
     assert row["calls"] > 0 and row["iterations"] > 0
+
+
+def test_bench_cli_engine_backend(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`augserve bench --backend engine --model DIR` runs a point on the real engine."""
+    from augserve.cli import main
+
+    for var in ("MODEL", "DTYPE", "TIME_SCALE"):  # restored after the test
+        monkeypatch.setenv(f"AUGSERVE_ENGINE_{var}", "unset")
+    runner = ModelRunner.from_dir(model_dir, "fp32", block_size=16, num_device_blocks=64)
+    prof = replace(default_cost(runner, SchedulerConfig(max_batch_tokens=128)), name="tiny")
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(prof.to_dict()))
+    out = tmp_path / "out"
+    rc = main(
+        [
+            "bench", "--backend", "engine", "--model", str(model_dir), "--dtype", "fp32",
+            "--time-scale", "0.01", "--profile", str(path), "--workload", "infercept-like",
+            "--policies", "augserve", "--rates", "1", "--window", "8", "--drain", "5000",
+            "--set", "beta_high=1.0", "--out", str(out), "--no-progress",
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert len(rows) == 1 and rows[0]["policy"] == "augserve"
+    assert rows[0]["engine_finished"] == rows[0]["num_offered"] >= 3
