@@ -48,15 +48,17 @@ class _Packer:
     def __init__(self, sched: Scheduler, candidates: Sequence[Request], now: float) -> None:
         self.sched = sched
         self.pool = sched.pool
+        self.now = now
         key = sched.policy.key
         self.held: list[Keyed] = []  # requests holding KV, fully sorted
-        self.waiting: list[Keyed] = []  # requests holding none, a heap
+        self.no_kv: list[Request] = []  # requests holding none: ranked only if memory allows
         for r in candidates:
-            (self.held if r.block_ids or r.host_block_ids else self.waiting).append(
-                (key(r, now), r)
-            )
+            if r.block_ids or r.host_block_ids:
+                self.held.append((key(r, now), r))
+            else:
+                self.no_kv.append(r)
         self.held.sort(key=itemgetter(0))
-        heapq.heapify(self.waiting)  # keys are unique: they end with the request id
+        self._heap: list[Keyed] | None = None
         self.holders = [r for _, r in self.held]  # preemption victims come from here
         self.next_holder = 0
         self.last_key: tuple[Any, ...] | None = None
@@ -72,8 +74,9 @@ class _Packer:
         again, those ranked before the last offered request are dropped, as
         they were passed over at their turn.
         """
-        held, heap = self.held, self.waiting
+        held = self.held
         gone = not self.pool.device.num_free and self.reclaim_exhausted
+        heap = [] if gone else self.waiting_heap()
         if not gone and self.last_key is not None:
             while heap and heap[0][0] < self.last_key:
                 heapq.heappop(heap)
@@ -87,6 +90,15 @@ class _Packer:
             key, req = heapq.heappop(heap)
         self.last_key = key
         return req
+
+    def waiting_heap(self) -> list[Keyed]:
+        """Requests without KV in a heap, keyed when first needed (often never under
+        overload: then memory is gone all iteration and thousands of keys are spared)."""
+        if self._heap is None:
+            key, now = self.sched.policy.key, self.now
+            self._heap = [(key(r, now), r) for r in self.no_kv]
+            heapq.heapify(self._heap)  # keys are unique: they end with the request id
+        return self._heap
 
     def run(self, budget: int) -> list[ScheduledChunk]:
         cfg = self.sched.config
