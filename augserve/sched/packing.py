@@ -6,8 +6,8 @@ tokens otherwise) if they fit the remaining budget and its KV blocks can be
 had. Memory comes, in order, from free blocks, then from paused requests whose
 policy is Swap or Discard (lazy eviction, latest expected return first). A
 request that already holds KV and cannot grow may also displace preserved
-paused requests (swap, else discard) and preempt runnable requests that
-arrived after it and are not in this batch, lowest-ranked first (discard and
+paused requests (swap, else discard) and preempt runnable requests it
+outranks that are not in this batch, lowest-ranked first (discard and
 recompute, as vLLM does). The scan goes on past a
 request that does not fit.
 
@@ -167,7 +167,7 @@ class _Packer:
             return freed
         freed += self._displace_preserved(blocks - freed)
         if freed < blocks:
-            freed += self._preempt_younger(blocks - freed, holder)
+            freed += self._preempt_lower(blocks - freed, holder)
         return freed
 
     def _displace_preserved(self, blocks: int) -> int:
@@ -179,25 +179,23 @@ class _Packer:
             freed += self.sched.evict(victim, blocks - freed, urgent=True)
         return freed
 
-    def _preempt_younger(self, blocks: int, holder: Request | None) -> int:
-        """Preempt unscheduled KV holders that arrived after `holder`, lowest-ranked first.
+    def _preempt_lower(self, blocks: int, holder: Request | None) -> int:
+        """Preempt unscheduled KV holders that `holder` outranks, lowest-ranked first.
 
-        Only the older request may preempt: with priorities that age (AugServe's
-        value grows while a request waits) two requests could otherwise preempt
-        each other forever. The oldest KV holder can always take all memory, so
-        some request always progresses.
+        "Outranks" is the policy's `preempt_key`, which does not age: with
+        AugServe's aging value two requests could otherwise preempt each other
+        forever. The holder with the lowest preempt key can take all memory,
+        so some request always progresses.
         """
         if holder is None:
             return 0
         freed = 0
-        mine = (holder.queue_time, holder.request_id)
+        rank = self.sched.policy.preempt_key
+        mine = rank(holder)
         for victim in reversed(self.holders):
             if freed >= blocks:
                 break
-            if (
-                victim.request_id in self.scheduled
-                or (victim.queue_time, victim.request_id) <= mine
-            ):
+            if victim.request_id in self.scheduled or rank(victim) <= mine:
                 continue
             if victim.block_ids or victim.host_block_ids:
                 freed += len(victim.block_ids)

@@ -51,6 +51,10 @@ class AugServePolicy(PlanningPolicy):
     def on_return(self, req: Request, applied: ContextPolicy, now: float) -> None:
         req.cost = max(self.return_cost(req, applied), 1e-12)
 
+    def preempt_key(self, req: Request) -> tuple[Any, ...]:
+        """Value density without aging (V = 1): cheaper segments may preempt dearer ones."""
+        return (req.cost, req.queue_time, req.request_id)
+
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
         req.priority = (1.0 + self._beta_ms * (now - req.last_scheduled_time)) / req.cost
         return (-req.priority, req.queue_time, req.request_id)

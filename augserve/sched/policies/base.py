@@ -41,6 +41,14 @@ class RankingPolicy:
         """Sort key: lower runs first. Must end with the request id (keys are unique)."""
         return (req.queue_time, req.request_id)
 
+    def preempt_key(self, req: Request) -> tuple[Any, ...]:
+        """Who may preempt whom under memory pressure: a lower key may preempt a higher.
+
+        It must not change while requests merely wait (an aging key would let two
+        requests preempt each other forever); by default it is the sort key.
+        """
+        return self.key(req, 0.0)
+
     def order(self, reqs: Sequence[Request], now: float) -> list[Request]:
         return sorted(reqs, key=lambda r: self.key(r, now))
 

@@ -50,6 +50,10 @@ class MARSPolicy(PlanningPolicy):
     def on_return(self, req: Request, applied: ContextPolicy, now: float) -> None:
         req.priority = self.round_score(req)
 
+    def preempt_key(self, req: Request) -> tuple[Any, ...]:
+        """FCFS among requests holding KV, as MARS runs them (boosts come and go)."""
+        return (req.queue_time, req.request_id)
+
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
         if req.request_id in self._boost:
             return (0, 0.0, req.queue_time, req.request_id)
