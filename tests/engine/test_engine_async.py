@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from augserve import LLM, SamplingParams
 from augserve.core.request import Segment
@@ -17,13 +15,6 @@ from augserve.engine.tools import ParsedCall
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=12)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 @pytest.fixture(scope="module")

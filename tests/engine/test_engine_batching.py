@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from augserve.core.config import SchedulerConfig
 from augserve.engine.engine import LLMEngine
@@ -14,15 +12,6 @@ from augserve.engine.make_model import make_model
 from augserve.engine.model_runner import ModelRunner
 from augserve.engine.sampling_params import SamplingParams
 from augserve.sched.invariants import check_invariants
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread (and a shared machine stays usable)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 @pytest.fixture(scope="module", params=["llama", "opt"])

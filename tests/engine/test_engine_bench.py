@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import Request, Segment
@@ -17,14 +15,6 @@ from augserve.engine.engine import LLMEngine, default_cost
 from augserve.engine.make_model import make_model
 from augserve.engine.model_runner import ModelRunner
 from augserve.engine.tokenizer import Tokenizer
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 @pytest.fixture(scope="module")

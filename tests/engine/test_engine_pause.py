@@ -8,7 +8,6 @@ bit-identical.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,14 +25,6 @@ from augserve.sched.invariants import check_invariants
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=64)
 BLOCK = 4
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread (and a shared machine stays usable)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from augserve.core.cost import LatencyProfile
 from augserve.core.request import Request
@@ -14,14 +12,6 @@ from augserve.engine.make_model import make_model
 from augserve.engine.model_runner import ModelRunner
 from augserve.engine.profiler import Sample, fit, grid, profile_runner, shape_of
 from augserve.sched.output import ScheduledChunk, SchedulerOutput
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 def test_shape_matches_the_scheduler_output() -> None:

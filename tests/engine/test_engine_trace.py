@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
-import torch
 
 from augserve import LLM
 from augserve.core.request import Segment
 from augserve.engine.make_model import make_model
 from augserve.workload.trace import TraceRequest
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 def test_run_trace_follows_the_plan(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import torch
@@ -45,7 +46,7 @@ def rope_settings(hf: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
     return theta, scaling
 
 
-class CausalLM(nn.Module):
+class CausalLM(nn.Module, ABC):
     """Base class: decoder-only LM computing over the flat tokens of one step."""
 
     num_layers: int
@@ -54,6 +55,7 @@ class CausalLM(nn.Module):
     vocab_size: int
     max_model_len: int
 
+    @abstractmethod
     def forward(  # type: ignore[override]
         self,
         input_ids: torch.Tensor,
@@ -63,10 +65,11 @@ class CausalLM(nn.Module):
         v_caches: list[torch.Tensor],
     ) -> torch.Tensor:
         """Hidden states [T, hidden] of the flat tokens."""
-        raise NotImplementedError
 
+    @abstractmethod
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """Logits [N, vocab] of the given hidden states."""
 
+    @abstractmethod
     def load_weights(self, src: WeightSource) -> None:
-        raise NotImplementedError
+        """Copy every parameter from `src` (Hugging Face names)."""
