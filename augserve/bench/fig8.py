@@ -111,12 +111,23 @@ def plot(rows: Sequence[Row], path: str | Path) -> Path:
                     (lv, r[key]) for r in at if (lv := noise_level(r["predictor"])) is not None
                 )
                 if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color,
-                            label=f"{rate:g} req/s")
+                    ax.plot(
+                        [p[0] for p in pts],
+                        [p[1] for p in pts],
+                        marker="o",
+                        color=color,
+                        label=f"{rate:g} req/s",
+                    )
                 for r in at:
                     if noise_level(r["predictor"]) is None:
-                        ax.plot([x_learned], [r[key]], marker="*", markersize=12, color=color,
-                                linestyle="none")
+                        ax.plot(
+                            [x_learned],
+                            [r[key]],
+                            marker="*",
+                            markersize=12,
+                            color=color,
+                            linestyle="none",
+                        )
             ticks = [*levels, x_learned]
             ax.set_xticks(ticks, [f"{lv:.0%}" for lv in levels] + ["learned"])
             ax.set_xlabel("injected error p (0% = oracle)")
@@ -136,8 +147,11 @@ def plot(rows: Sequence[Row], path: str | Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m augserve.bench.fig8", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m augserve.bench.fig8",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("root", help="directory holding the per-predictor bench outputs")
     ap.add_argument("--png", default=None, help="plot path (default: ROOT/fig8.png)")
     ap.add_argument("--sets", default=None, help="comma-separated sets to show, in this order")

@@ -27,13 +27,24 @@ def add_parser(subparsers: Any) -> None:
     t.add_argument("--trace", required=True, help="trace file (.jsonl ours, else INFERCEPT JSON)")
     t.add_argument("--out", required=True, help="model directory to write")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--test-frac", type=float, default=0.2,
-                   help="fraction of requests held out for eval (0: train on all)")
+    t.add_argument(
+        "--test-frac",
+        type=float,
+        default=0.2,
+        help="fraction of requests held out for eval (0: train on all)",
+    )
     t.add_argument("--no-embed", action="store_true", help="metadata features only (no MiniLM)")
-    t.add_argument("--max-seq-len", type=int, default=128,
-                   help="word pieces of prompt text the embedding reads")
-    t.add_argument("--use-kind", action="store_true",
-                   help="one-hot augmentation kind (live requests must carry `kind`)")
+    t.add_argument(
+        "--max-seq-len",
+        type=int,
+        default=128,
+        help="word pieces of prompt text the embedding reads",
+    )
+    t.add_argument(
+        "--use-kind",
+        action="store_true",
+        help="one-hot augmentation kind (live requests must carry `kind`)",
+    )
     t.set_defaults(func=_train)
 
     e = sub.add_parser("eval", help="score models on the held-out requests of a trace")
@@ -55,15 +66,25 @@ def _train(args: argparse.Namespace) -> int:
         train, test = split_by_request(trace, args.test_frac, args.seed)
     else:
         train, test = trace, []
-    cfg = LearnedConfig(embed=not args.no_embed, use_kind=args.use_kind, seed=args.seed,
-                        max_seq_length=args.max_seq_len)
-    info = {"trace": str(args.trace), "split_seed": args.seed, "test_frac": args.test_frac,
-            "held_out_requests": len(test)}
+    cfg = LearnedConfig(
+        embed=not args.no_embed,
+        use_kind=args.use_kind,
+        seed=args.seed,
+        max_seq_length=args.max_seq_len,
+    )
+    info = {
+        "trace": str(args.trace),
+        "split_seed": args.seed,
+        "test_frac": args.test_frac,
+        "held_out_requests": len(test),
+    }
     pred = train_learned_predictor(train, cfg, info=info)
     out = pred.save(args.out)
     emb = pred.manifest["features"]["embedding"]
-    print(f"trained on {len(train)} requests ({pred.manifest['training']['segments']} segments), "
-          f"held out {len(test)}; embedding: {emb['model'] if emb else 'none'}; wrote {out}")
+    print(
+        f"trained on {len(train)} requests ({pred.manifest['training']['segments']} segments), "
+        f"held out {len(test)}; embedding: {emb['model'] if emb else 'none'}; wrote {out}"
+    )
     return 0
 
 
@@ -87,14 +108,25 @@ def _eval(args: argparse.Namespace) -> int:
     latency = {name: measure_latency(m, test) for name, m in models.items()}
     print(f"held-out: {len(test)} requests of {len(trace)} (seed {seed}, test-frac {frac})")
     print(format_report(report))
-    print(f"\nlatency (ms per request; cpus={os.cpu_count()}, load avg "
-          f"{_loadavg()}, {platform.processor() or platform.machine()}):")
+    print(
+        f"\nlatency (ms per request; cpus={os.cpu_count()}, load avg "
+        f"{_loadavg()}, {platform.processor() or platform.machine()}):"
+    )
     for name, lat in latency.items():
         print(f"  {name}: " + ", ".join(f"{k}={v:.2f}" for k, v in lat.items()))
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"report": report, "latency_ms": latency, "split": {"seed": seed, "test_frac": frac},
-             "argv": sys.argv}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "report": report,
+                    "latency_ms": latency,
+                    "split": {"seed": seed, "test_frac": frac},
+                    "argv": sys.argv,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

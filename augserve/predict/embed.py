@@ -61,7 +61,9 @@ class MiniLMEmbedder:
         missing: list[str] = sorted({t for t in texts if t and t not in self._cache})
         if missing:
             vecs = self._load().encode(
-                missing, batch_size=self.batch_size, show_progress_bar=False,
+                missing,
+                batch_size=self.batch_size,
+                show_progress_bar=False,
                 convert_to_numpy=True,
             )
             for new, vec in zip(missing, vecs, strict=True):

@@ -187,9 +187,13 @@ def _classifier(cfg: LearnedConfig, y: np.ndarray) -> Any:
     if len(np.unique(y)) < 2:
         return DummyClassifier(strategy="most_frequent")
     return HistGradientBoostingClassifier(
-        max_iter=cfg.max_iter, learning_rate=cfg.learning_rate,
-        max_leaf_nodes=cfg.max_leaf_nodes, min_samples_leaf=cfg.min_samples_leaf,
-        l2_regularization=cfg.l2_regularization, early_stopping=False, random_state=cfg.seed,
+        max_iter=cfg.max_iter,
+        learning_rate=cfg.learning_rate,
+        max_leaf_nodes=cfg.max_leaf_nodes,
+        min_samples_leaf=cfg.min_samples_leaf,
+        l2_regularization=cfg.l2_regularization,
+        early_stopping=False,
+        random_state=cfg.seed,
     )
 
 
@@ -200,9 +204,13 @@ def _regressor(cfg: LearnedConfig, n: int) -> Any:
     if n < 2 * cfg.min_samples_leaf:
         return DummyRegressor(strategy="mean")
     return HistGradientBoostingRegressor(
-        max_iter=cfg.max_iter, learning_rate=cfg.learning_rate,
-        max_leaf_nodes=cfg.max_leaf_nodes, min_samples_leaf=cfg.min_samples_leaf,
-        l2_regularization=cfg.l2_regularization, early_stopping=False, random_state=cfg.seed,
+        max_iter=cfg.max_iter,
+        learning_rate=cfg.learning_rate,
+        max_leaf_nodes=cfg.max_leaf_nodes,
+        min_samples_leaf=cfg.min_samples_leaf,
+        l2_regularization=cfg.l2_regularization,
+        early_stopping=False,
+        random_state=cfg.seed,
     )
 
 
@@ -233,10 +241,17 @@ def train_learned_predictor(
     if cfg.embed and texts:
         embedder = embedder or MiniLMEmbedder(max_seq_length=cfg.max_seq_length)
         pca = _fit_pca(cfg, embedder, texts)
-    embedding = None if pca is None else {
-        "model": MINILM, "dim": MiniLMEmbedder.dim, "pca_dim": int(pca.n_components_),
-        "input": "prompt_text", "max_seq_length": embedder.max_seq_length if embedder else None,
-    }
+    embedding = (
+        None
+        if pca is None
+        else {
+            "model": MINILM,
+            "dim": MiniLMEmbedder.dim,
+            "pca_dim": int(pca.n_components_),
+            "input": "prompt_text",
+            "max_seq_length": embedder.max_seq_length if embedder else None,
+        }
+    )
     manifest = _manifest(cfg, kinds, embedding, rows, info or {})
     pred = LearnedPredictor(manifest, {"pca": pca}, embedder if pca is not None else None)
     x = pred.features([r.request for r in rows], [r.kind for r in rows])
@@ -257,14 +272,19 @@ def _fit_heads(
     pred.heads["call"] = _classifier(cfg, y_call).fit(x, y_call)
     xc = x[calls] if calls.any() else x[:1]
     pred.heads["call_time"] = _regressor(cfg, len(y_time)).fit(
-        xc, y_time if calls.any() else np.zeros(1))
+        xc, y_time if calls.any() else np.zeros(1)
+    )
     pred.heads["return_len"] = _regressor(cfg, len(y_ret)).fit(
-        xc, y_ret if calls.any() else np.zeros(1))
+        xc, y_ret if calls.any() else np.zeros(1)
+    )
 
 
 def _manifest(
-    cfg: LearnedConfig, kinds: list[str] | None, embedding: dict[str, Any] | None,
-    rows: list[SegmentRow], info: dict[str, Any],
+    cfg: LearnedConfig,
+    kinds: list[str] | None,
+    embedding: dict[str, Any] | None,
+    rows: list[SegmentRow],
+    info: dict[str, Any],
 ) -> dict[str, Any]:
     import sklearn  # type: ignore[import-untyped]
 
@@ -279,11 +299,18 @@ def _manifest(
             "kinds": kinds,
             "embedding": embedding,
         },
-        "heads": {"library": "scikit-learn", "version": sklearn.__version__,
-                  "file": HEADS, "sha256": None},
+        "heads": {
+            "library": "scikit-learn",
+            "version": sklearn.__version__,
+            "file": HEADS,
+            "sha256": None,
+        },
         "config": asdict(cfg),
-        "training": {"segments": len(rows),
-                     "requests": len({r.request.request_id for r in rows}), **info},
+        "training": {
+            "segments": len(rows),
+            "requests": len({r.request.request_id for r in rows}),
+            **info,
+        },
     }
 
 

@@ -70,8 +70,10 @@ def _read_manifest(root: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"learned predictor: {mpath} is not an {FORMAT} manifest")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"learned predictor: {mpath}: format_version "
-                         f"{manifest.get('format_version')!r}, this code reads {FORMAT_VERSION}")
+        raise ValueError(
+            f"learned predictor: {mpath}: format_version "
+            f"{manifest.get('format_version')!r}, this code reads {FORMAT_VERSION}"
+        )
     try:
         version = manifest["features"]["version"]
         for key in ("kinds", "embedding"):
@@ -81,6 +83,8 @@ def _read_manifest(root: Path) -> dict[str, Any]:
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"learned predictor: {mpath} lacks or garbles field {exc}") from exc
     if version != FEATURE_VERSION:
-        raise ValueError(f"learned predictor: {mpath}: feature version {version!r}, this code "
-                         f"computes {FEATURE_VERSION}; retrain")
+        raise ValueError(
+            f"learned predictor: {mpath}: feature version {version!r}, this code "
+            f"computes {FEATURE_VERSION}; retrain"
+        )
     return manifest

@@ -22,10 +22,19 @@ from augserve.core.request import CallRecord, Request, RequestStatus, Segment
 SLO = SLOConfig(norm_latency_slo=0.5, ttft_slo=1.0)
 
 
-def _req(rid: str, arrival: float, segments: list[Segment], *, status: RequestStatus,
-         sched: float | None = None, first: float | None = None, finish: float | None = None,
-         generated: int = 0, exec_time: float = 0.0,
-         calls: list[CallRecord] | None = None) -> Request:
+def _req(
+    rid: str,
+    arrival: float,
+    segments: list[Segment],
+    *,
+    status: RequestStatus,
+    sched: float | None = None,
+    first: float | None = None,
+    finish: float | None = None,
+    generated: int = 0,
+    exec_time: float = 0.0,
+    calls: list[CallRecord] | None = None,
+) -> Request:
     r = Request(rid, arrival, prompt_len=8, segments=segments)
     r.status, r.first_scheduled_time, r.first_token_time = status, sched, first
     r.finish_time, r.num_generated_tokens, r.exec_time = finish, generated, exec_time
@@ -37,23 +46,48 @@ def _workload() -> list[Request]:
     done = RequestStatus.FINISHED_STOPPED
     return [
         # A: one 4 s call; norm = (10 - 0 - 4) / 20 = 0.3 -> meets the SLO
-        _req("A", 0.0, [Segment(10, 4.0, 3), Segment(10)], status=done, sched=0.2, first=0.5,
-             finish=10.0, generated=20, exec_time=5.0,
-             calls=[CallRecord(start=2.0, end=6.0, returned_tokens=3)]),
+        _req(
+            "A",
+            0.0,
+            [Segment(10, 4.0, 3), Segment(10)],
+            status=done,
+            sched=0.2,
+            first=0.5,
+            finish=10.0,
+            generated=20,
+            exec_time=5.0,
+            calls=[CallRecord(start=2.0, end=6.0, returned_tokens=3)],
+        ),
         # B: TTFT 2 s and norm (11 - 1) / 10 = 1.0 -> misses
-        _req("B", 1.0, [Segment(10)], status=RequestStatus.FINISHED_LENGTH, sched=2.5, first=3.0,
-             finish=11.0, generated=10, exec_time=4.0),
+        _req(
+            "B",
+            1.0,
+            [Segment(10)],
+            status=RequestStatus.FINISHED_LENGTH,
+            sched=2.5,
+            first=3.0,
+            finish=11.0,
+            generated=10,
+            exec_time=4.0,
+        ),
         # C: still running at the end of the window
-        _req("C", 2.0, [Segment(100)], status=RequestStatus.RUNNING, sched=2.1, first=2.5,
-             generated=40),
+        _req(
+            "C",
+            2.0,
+            [Segment(100)],
+            status=RequestStatus.RUNNING,
+            sched=2.1,
+            first=2.5,
+            generated=40,
+        ),
         # D: finishes after the window ends -> unfinished
-        _req("D", 3.0, [Segment(5)], status=done, sched=3.0, first=3.1, finish=120.0,
-             generated=5),
+        _req("D", 3.0, [Segment(5)], status=done, sched=3.0, first=3.1, finish=120.0, generated=5),
         # F: aborted -> unfinished
         _req("F", 4.0, [Segment(7)], status=RequestStatus.FINISHED_ABORTED, finish=5.0),
         # E: arrives after the window -> ignored
-        _req("E", 150.0, [Segment(3)], status=done, sched=150, first=150.1, finish=151,
-             generated=3),
+        _req(
+            "E", 150.0, [Segment(3)], status=done, sched=150, first=150.1, finish=151, generated=3
+        ),
     ]
 
 
@@ -121,15 +155,20 @@ def test_percentile_and_max_rate() -> None:
     assert percentile([], 50) is None
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
     assert percentile([1.0, 2.0], 99) == pytest.approx(1.99)
-    sweep = [{"rate": 1.0, "slo_attainment": 0.99}, {"rate": 2.0, "slo_attainment": 0.92},
-             {"rate": 3.0, "slo_attainment": 0.5}]
+    sweep = [
+        {"rate": 1.0, "slo_attainment": 0.99},
+        {"rate": 2.0, "slo_attainment": 0.92},
+        {"rate": 3.0, "slo_attainment": 0.5},
+    ]
     assert max_rate_at_attainment(sweep, 0.9) == 2.0
     assert max_rate_at_attainment(sweep, 0.995) is None
 
 
 def test_report_json_csv(tmp_path: Path) -> None:
-    rows = [compute_metrics(_workload(), SLO, 0.0, 100.0).to_dict() | {"policy": "x"},
-            {"policy": "y", "goodput": math.nan}]
+    rows = [
+        compute_metrics(_workload(), SLO, 0.0, 100.0).to_dict() | {"policy": "x"},
+        {"policy": "y", "goodput": math.nan},
+    ]
     write_json(tmp_path / "r.json", rows, seed=1)
     assert json.loads((tmp_path / "r.json").read_text())["meta"] == {"seed": 1}
     back = read_json_rows(tmp_path / "r.json")

@@ -16,7 +16,6 @@ from augserve.engine.tools import ParsedCall
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=12)
 
 
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_model("llama", "tiny", tmp_path_factory.mktemp("async") / "m", seed=6)

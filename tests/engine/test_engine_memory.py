@@ -16,7 +16,6 @@ from augserve.sched.invariants import check_invariants
 PARAMS = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=64)
 
 
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> LLMEngine:
     path = make_model("llama", "tiny", tmp_path_factory.mktemp("mem") / "m", seed=2)

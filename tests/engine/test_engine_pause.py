@@ -26,7 +26,6 @@ GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=64)
 BLOCK = 4
 
 
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_model("llama", "tiny", tmp_path_factory.mktemp("pause") / "m", seed=3)

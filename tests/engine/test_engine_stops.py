@@ -10,7 +10,6 @@ from augserve.engine.make_model import make_model
 PROMPT = "The quick brown fox jumps over"
 
 
-
 @pytest.fixture(scope="module")
 def llm(tmp_path_factory: pytest.TempPathFactory) -> LLM:
     path = make_model("llama", "tiny", tmp_path_factory.mktemp("stops") / "m", seed=1)

@@ -35,8 +35,9 @@ def planted_trace(n: int, seed: int = 0, prefix: str = "r") -> list[FakeTraceReq
         tool = rng.choice(sorted(PLANTED))
         (p_lo, p_hi), (o_lo, o_hi), secs, n_calls = PLANTED[tool]
         segs = [
-            Segment(rng.randint(o_lo, o_hi), secs * rng.uniform(0.95, 1.05), rng.randint(5, 30),
-                    tool)
+            Segment(
+                rng.randint(o_lo, o_hi), secs * rng.uniform(0.95, 1.05), rng.randint(5, 30), tool
+            )
             for _ in range(n_calls)
         ]
         segs.append(Segment(rng.randint(o_lo, o_hi)))
@@ -58,5 +59,3 @@ def history_trace(n: int, seed: int = 0) -> list[FakeTraceRequest]:
         segs.append(Segment(rng.randint(o_lo, o_hi)))
         out.append(FakeTraceRequest(f"h{i}", rng.randint(100, 2000), tuple(segs)))
     return out
-
-

@@ -24,8 +24,10 @@ def test_learns_planted_tool_relation(planted_model: LearnedPredictor) -> None:
     test = planted_trace(60, seed=2, prefix="t")
     rows = list(segment_rows(test))
     preds = planted_model.predict([r.request for r in rows])
-    bucket_hits = [bucket_of(p.output_len, 20) == bucket_of(r.output_len, 20)
-                   for p, r in zip(preds, rows, strict=True)]
+    bucket_hits = [
+        bucket_of(p.output_len, 20) == bucket_of(r.output_len, 20)
+        for p, r in zip(preds, rows, strict=True)
+    ]
     assert np.mean(bucket_hits) >= 0.95
     call_hits = [(p.call_time is not None) == r.has_call for p, r in zip(preds, rows, strict=True)]
     assert np.mean(call_hits) >= 0.9

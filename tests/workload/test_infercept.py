@@ -31,7 +31,13 @@ def test_real_trace_matches_data_readme(merged: Trace) -> None:
 def test_kinds_inferred(merged: Trace) -> None:
     kinds = Counter(r.kind for r in merged)
     assert kinds == {
-        "math": 98, "chatbot": 65, "tts": 65, "image": 65, "alfworld": 54, "qa": 49, None: 1
+        "math": 98,
+        "chatbot": 65,
+        "tts": 65,
+        "image": 65,
+        "alfworld": 54,
+        "qa": 49,
+        None: 1,
     }
     math_calls = [s.call_time for r in merged if r.kind == "math" for s in r.segments if s.has_call]
     assert max(math_calls) < 1e-3
@@ -60,27 +66,53 @@ def _write(tmp_path: Path, obj: object) -> Path:
 
 
 def test_rules_for_calls_and_negative_lengths(tmp_path: Path) -> None:
-    path = _write(tmp_path, {"a": [
-        {"prompt_tokens": 10, "completion_tokens": 5, "api_time": 0.5, "api_token_length": -3},
-        {"prompt_tokens": 99, "completion_tokens": 4, "api_time": 0, "api_token_length": 0},
-        {"prompt_tokens": 99, "completion_tokens": -2, "api_time": 0, "api_token_length": 7},
-        {"prompt_tokens": 99, "completion_tokens": 6},
-    ]})
+    path = _write(
+        tmp_path,
+        {
+            "a": [
+                {
+                    "prompt_tokens": 10,
+                    "completion_tokens": 5,
+                    "api_time": 0.5,
+                    "api_token_length": -3,
+                },
+                {"prompt_tokens": 99, "completion_tokens": 4, "api_time": 0, "api_token_length": 0},
+                {
+                    "prompt_tokens": 99,
+                    "completion_tokens": -2,
+                    "api_time": 0,
+                    "api_token_length": 7,
+                },
+                {"prompt_tokens": 99, "completion_tokens": 6},
+            ]
+        },
+    )
     (req,) = load_infercept(path)
     assert req.prompt_len == 10
     # segment 1 makes no call and is folded into segment 2; segment 2 is a
     # zero-time call returning 7 tokens; negative lengths read as 0
     assert [(s.output_len, s.call_time, s.return_len) for s in req.segments] == [
-        (5, 0.5, 0), (4, 0.0, 7), (6, None, 0)
+        (5, 0.5, 0),
+        (4, 0.0, 7),
+        (6, None, 0),
     ]
 
 
 def test_text_variant(tmp_path: Path) -> None:
-    path = _write(tmp_path, {"t": [
-        {"prompt": "Hello there", "completion": "Hi!", "api_time": 2.0,
-         "api_token": "Convert this to text to speech. "},
-        {"prompt": "ignored running context", "completion": "Done."},
-    ]})
+    path = _write(
+        tmp_path,
+        {
+            "t": [
+                {
+                    "prompt": "Hello there",
+                    "completion": "Hi!",
+                    "api_time": 2.0,
+                    "api_token": "Convert this to text to speech. ",
+                },
+                {"prompt": "ignored running context", "completion": "Done."},
+            ]
+        },
+    )
     (req,) = load_infercept(path)
     assert req.prompt_text == "Hello there" and req.prompt_len == 2
     assert req.kind == "tts" and req.segments[0].tool == "tts"
@@ -91,8 +123,9 @@ def test_pretokenizer_matches_tokenizers_bytelevel(merged_path: Path) -> None:
     pre = pytest.importorskip("tokenizers.pre_tokenizers")
     byte_level = pre.ByteLevel(add_prefix_space=False, use_regex=True)
     raw = json.loads(merged_path.read_text())
-    texts = [s[f] for v in list(raw.values())[-60:] for s in v for f in ("prompt", "api_token")
-             if f in s]
+    texts = [
+        s[f] for v in list(raw.values())[-60:] for s in v for f in ("prompt", "api_token") if f in s
+    ]
     assert texts
     for text in texts:
         assert len(pretokenize(text)) == len(byte_level.pre_tokenize_str(text))

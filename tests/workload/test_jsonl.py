@@ -35,8 +35,9 @@ def test_round_trip(requests: list[TraceRequest], with_arrivals: bool, data: st.
     arrivals = None
     if with_arrivals:
         arrivals = data.draw(
-            st.lists(st.floats(0, 1e7, allow_nan=False), min_size=len(requests),
-                     max_size=len(requests))
+            st.lists(
+                st.floats(0, 1e7, allow_nan=False), min_size=len(requests), max_size=len(requests)
+            )
         )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.jsonl"

@@ -34,23 +34,35 @@ JSONL_CASES = [
     ("fractional prompt_len", _line(prompt_len=2.5), "request 'a'", "prompt_len"),
     ("id not a string", _line(request_id=7), "line 1", "request_id"),
     ("empty segments", _line(segments=[]), "request 'a'", "segments"),
-    ("segment missing output_len", _line(segments=[{"call_time": 1}]), "segment 0",
-     "output_len"),
+    ("segment missing output_len", _line(segments=[{"call_time": 1}]), "segment 0", "output_len"),
     ("negative output_len", _line(segments=[{"output_len": -4}]), "segment 0", "output_len"),
-    ("negative call_time", _line(segments=[{"output_len": 1, "call_time": -1.0}]), "segment 0",
-     "call_time"),
-    ("string call_time", _line(segments=[{"output_len": 1, "call_time": "1"}]), "segment 0",
-     "call_time"),
-    ("negative return_len", _line(segments=[{"output_len": 1, "call_time": 1,
-                                             "return_len": -2}]), "segment 0", "return_len"),
+    (
+        "negative call_time",
+        _line(segments=[{"output_len": 1, "call_time": -1.0}]),
+        "segment 0",
+        "call_time",
+    ),
+    (
+        "string call_time",
+        _line(segments=[{"output_len": 1, "call_time": "1"}]),
+        "segment 0",
+        "call_time",
+    ),
+    (
+        "negative return_len",
+        _line(segments=[{"output_len": 1, "call_time": 1, "return_len": -2}]),
+        "segment 0",
+        "return_len",
+    ),
     ("unknown field", _line(extra=1), "line 1", "extra"),
     ("negative arrival", _line(arrival_time=-1), "request 'a'", "arrival_time"),
     ("duplicate id", _line() + "\n" + _line(), "line 2", "request_id"),
 ]
 
 
-@pytest.mark.parametrize(("case", "text", "where", "field"), JSONL_CASES,
-                         ids=[c[0] for c in JSONL_CASES])
+@pytest.mark.parametrize(
+    ("case", "text", "where", "field"), JSONL_CASES, ids=[c[0] for c in JSONL_CASES]
+)
 def test_jsonl_bad_input(tmp_path: Path, case: str, text: str, where: str, field: str) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text(text)
@@ -70,27 +82,55 @@ INFERCEPT_CASES = [
     ("segments not a list", json.dumps({"a": 3}), "request 'a'", "(segments)"),
     ("empty segments", json.dumps({"a": []}), "request 'a'", "(segments)"),
     ("segment not an object", json.dumps({"a": [SEG, 4]}), "request 'a' segment 1", "(segment)"),
-    ("missing prompt", json.dumps({"a": [{"completion_tokens": 3}]}), "request 'a' segment 0",
-     "prompt_tokens"),
-    ("missing completion", json.dumps({"a": [SEG, {"prompt_tokens": 9}]}),
-     "request 'a' segment 1", "completion_tokens"),
-    ("string tokens", json.dumps({"a": [{**SEG, "completion_tokens": "3"}]}),
-     "request 'a' segment 0", "completion_tokens"),
-    ("string api_time", json.dumps({"a": [{**SEG, "api_time": "x"}]}), "request 'a' segment 0",
-     "api_time"),
-    ("negative api_time", json.dumps({"a": [{**SEG, "api_time": -1}]}),
-     "request 'a' segment 0", "api_time"),
-    ("text prompt not str", json.dumps({"a": [{"prompt": 5, "completion": "x"}]}),
-     "request 'a' segment 0", "prompt"),
-    ("empty prompt", json.dumps({"a": [{**SEG, "prompt_tokens": 0}]}), "request 'a' segment 0",
-     "prompt_tokens"),
+    (
+        "missing prompt",
+        json.dumps({"a": [{"completion_tokens": 3}]}),
+        "request 'a' segment 0",
+        "prompt_tokens",
+    ),
+    (
+        "missing completion",
+        json.dumps({"a": [SEG, {"prompt_tokens": 9}]}),
+        "request 'a' segment 1",
+        "completion_tokens",
+    ),
+    (
+        "string tokens",
+        json.dumps({"a": [{**SEG, "completion_tokens": "3"}]}),
+        "request 'a' segment 0",
+        "completion_tokens",
+    ),
+    (
+        "string api_time",
+        json.dumps({"a": [{**SEG, "api_time": "x"}]}),
+        "request 'a' segment 0",
+        "api_time",
+    ),
+    (
+        "negative api_time",
+        json.dumps({"a": [{**SEG, "api_time": -1}]}),
+        "request 'a' segment 0",
+        "api_time",
+    ),
+    (
+        "text prompt not str",
+        json.dumps({"a": [{"prompt": 5, "completion": "x"}]}),
+        "request 'a' segment 0",
+        "prompt",
+    ),
+    (
+        "empty prompt",
+        json.dumps({"a": [{**SEG, "prompt_tokens": 0}]}),
+        "request 'a' segment 0",
+        "prompt_tokens",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("case", "text", "where", "field"), INFERCEPT_CASES,
-                         ids=[c[0] for c in INFERCEPT_CASES])
-def test_infercept_bad_input(tmp_path: Path, case: str, text: str, where: str,
-                             field: str) -> None:
+@pytest.mark.parametrize(
+    ("case", "text", "where", "field"), INFERCEPT_CASES, ids=[c[0] for c in INFERCEPT_CASES]
+)
+def test_infercept_bad_input(tmp_path: Path, case: str, text: str, where: str, field: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(text)
     with pytest.raises(ValueError) as info:

@@ -10,8 +10,23 @@ from augserve.workload.jsonl import read_jsonl
 
 def test_gen_then_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "w.jsonl"
-    assert main(["workload", "gen", "--workload", "toolbench-like", "--num", "25",
-                 "--seed", "3", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "workload",
+                "gen",
+                "--workload",
+                "toolbench-like",
+                "--num",
+                "25",
+                "--seed",
+                "3",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert len(read_jsonl(out)) == 25
     assert main(["workload", "stats", str(out)]) == 0
     text = capsys.readouterr().out
