@@ -1,4 +1,8 @@
-"""The `augserve` command. Each face adds its own subcommands from its own module."""
+"""augserve: serving tool-augmented LLM inference with the AugServe scheduler and its
+baselines, in a simulator (`bench`) or on a PyTorch engine (`generate`, `profile`).
+
+Each face adds its own subcommands from its own module (see `_COMMAND_MODULES`).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ _COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="augserve", description=__doc__)
+    parser = argparse.ArgumentParser(prog="augserve", description=(__doc__ or "").split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in _COMMAND_MODULES:
         try:
