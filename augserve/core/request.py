@@ -50,13 +50,6 @@ class RequestStatus(enum.IntEnum):
         return RequestStatus.PAUSED_PRESERVED <= self <= RequestStatus.PAUSED_DISCARDED
 
 
-PAUSED_STATES = (
-    RequestStatus.PAUSED_PRESERVED,
-    RequestStatus.PAUSED_SWAPPED,
-    RequestStatus.PAUSED_DISCARDED,
-)
-
-
 class FinishReason(enum.Enum):
     STOP = "stop"
     LENGTH = "length"

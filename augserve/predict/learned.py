@@ -180,21 +180,26 @@ def _text_features(pred: LearnedPredictor, texts: Sequence[str | None]) -> np.nd
 # --- training --------------------------------------------------------------------
 
 
+def _boosting_params(cfg: LearnedConfig) -> dict[str, Any]:
+    """Hyper-parameters shared by every head (deterministic: no early stopping)."""
+    return {
+        "max_iter": cfg.max_iter,
+        "learning_rate": cfg.learning_rate,
+        "max_leaf_nodes": cfg.max_leaf_nodes,
+        "min_samples_leaf": cfg.min_samples_leaf,
+        "l2_regularization": cfg.l2_regularization,
+        "early_stopping": False,
+        "random_state": cfg.seed,
+    }
+
+
 def _classifier(cfg: LearnedConfig, y: np.ndarray) -> Any:
     from sklearn.dummy import DummyClassifier  # type: ignore[import-untyped]
     from sklearn.ensemble import HistGradientBoostingClassifier  # type: ignore[import-untyped]
 
     if len(np.unique(y)) < 2:
         return DummyClassifier(strategy="most_frequent")
-    return HistGradientBoostingClassifier(
-        max_iter=cfg.max_iter,
-        learning_rate=cfg.learning_rate,
-        max_leaf_nodes=cfg.max_leaf_nodes,
-        min_samples_leaf=cfg.min_samples_leaf,
-        l2_regularization=cfg.l2_regularization,
-        early_stopping=False,
-        random_state=cfg.seed,
-    )
+    return HistGradientBoostingClassifier(**_boosting_params(cfg))
 
 
 def _regressor(cfg: LearnedConfig, n: int) -> Any:
@@ -203,15 +208,7 @@ def _regressor(cfg: LearnedConfig, n: int) -> Any:
 
     if n < 2 * cfg.min_samples_leaf:
         return DummyRegressor(strategy="mean")
-    return HistGradientBoostingRegressor(
-        max_iter=cfg.max_iter,
-        learning_rate=cfg.learning_rate,
-        max_leaf_nodes=cfg.max_leaf_nodes,
-        min_samples_leaf=cfg.min_samples_leaf,
-        l2_regularization=cfg.l2_regularization,
-        early_stopping=False,
-        random_state=cfg.seed,
-    )
+    return HistGradientBoostingRegressor(**_boosting_params(cfg))
 
 
 def _fit_pca(cfg: LearnedConfig, embedder: MiniLMEmbedder, texts: list[str]) -> Any:

@@ -1,12 +1,8 @@
-"""Batch token budgets: static T_max and AugServe's dynamic budget (PAPER.md section 4)."""
+"""AugServe's dynamic batch token budget (PAPER.md section 4); static policies use T_max."""
 
 from __future__ import annotations
 
 import math
-
-
-def static_budget(max_batch_tokens: int) -> int:
-    return max_batch_tokens
 
 
 def dynamic_budget(
