@@ -16,9 +16,9 @@ import time
 from augserve.core.config import POLICY_NAMES, SchedulerConfig
 from augserve.core.request import Request, Segment
 from augserve.predict.base import OraclePredictor
+from augserve.profiles import load_profile
 from augserve.sched.output import StepEvent, StepResult
 from augserve.sched.scheduler import Scheduler
-from augserve.sim.profiles import load_profile
 
 
 def build(policy: str, n: int, seed: int = 0) -> Scheduler:

@@ -22,9 +22,10 @@ from typing import Any
 def _one(args: tuple[str, float, float, str, str]) -> dict[str, Any]:
     policy, rate, window, trace, profile = args
     from augserve.bench.runner import BenchPoint, build_requests
+    from augserve.core.config import scheduler_config_for
     from augserve.predict.base import make_predictor
-    from augserve.sim.profiles import load_profile
-    from augserve.sim.simulator import scheduler_config_for, simulate
+    from augserve.profiles import load_profile
+    from augserve.sim.simulator import simulate
 
     point = BenchPoint(policy=policy, rate=rate, trace=trace, profile=profile, window=window)
     prof = load_profile(profile)

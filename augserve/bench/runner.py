@@ -172,7 +172,7 @@ def point_scheduler_config(point: BenchPoint, profile: Any) -> Any:
     """The point's `SchedulerConfig`: capacities from the profile, then the point's
     beta / max_batch_tokens / block size / predictor and `--set` overrides.
     Every backend should build its scheduler config with this."""
-    from augserve.sim.simulator import scheduler_config_for
+    from augserve.core.config import scheduler_config_for
 
     return scheduler_config_for(
         profile,
@@ -189,7 +189,7 @@ def run_sim_point(point: BenchPoint) -> list[Row]:
     """Simulate one point and summarize it as one row."""
     from augserve.core.metrics import SLOConfig, compute_metrics
     from augserve.predict.base import make_predictor
-    from augserve.sim.profiles import load_profile
+    from augserve.profiles import load_profile
     from augserve.sim.simulator import simulate
 
     profile = load_profile(point.profile)

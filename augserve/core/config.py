@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from augserve.core.cost import LatencyProfile
 from augserve.core.request import ContextPolicy
 
 POLICY_NAMES = ("vllm", "infercept", "ssjf", "mars", "augserve")
@@ -85,3 +86,21 @@ class SchedulerConfig:
 
     def with_(self, **changes: Any) -> SchedulerConfig:
         return replace(self, **changes)
+
+
+def scheduler_config_for(
+    profile: LatencyProfile, policy: str, block_size: int = 16, **overrides: Any
+) -> SchedulerConfig:
+    """A `SchedulerConfig` whose capacities and budgets come from `profile`.
+
+    `overrides` are further `SchedulerConfig` fields; None values are ignored.
+    """
+    base = SchedulerConfig(
+        policy=policy,
+        block_size=block_size,
+        num_device_blocks=profile.device_blocks(block_size),
+        num_host_blocks=profile.host_blocks(block_size),
+        max_batch_tokens=profile.max_batch_tokens,
+        max_num_seqs=profile.max_num_seqs,
+    )
+    return base.with_(**{k: v for k, v in overrides.items() if v is not None})

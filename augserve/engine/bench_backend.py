@@ -120,7 +120,7 @@ def run_point(point: Any) -> list[Row]:
     from augserve.engine.model_runner import ModelRunner, RunnerConfig
     from augserve.engine.tokenizer import Tokenizer
     from augserve.predict.base import make_predictor
-    from augserve.sim.profiles import load_profile
+    from augserve.profiles import load_profile
 
     model = os.environ.get("AUGSERVE_ENGINE_MODEL")
     if not model:

@@ -224,7 +224,7 @@ class LLM:
 def _load_cost(profile: str | Path | CostModel | None) -> CostModel | None:
     if profile is None or not isinstance(profile, str | Path):
         return profile
-    from augserve.sim.profiles import load_profile
+    from augserve.profiles import load_profile
 
     return load_profile(profile)
 

@@ -11,7 +11,7 @@ model of `augserve.core.cost.LatencyProfile`
 is fitted by non-negative least squares on relative error over a training
 split; the held-out split reports how well it predicts. Swap bandwidth is
 measured by timing block copies each way. The result is a JSON file that
-`augserve.sim.profiles.load_profile` reads.
+`augserve.profiles.load_profile` reads.
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ import heapq
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.cost import LatencyProfile
@@ -44,24 +43,6 @@ from augserve.sim.precompute import PrecomputedPredictor, should_precompute
 
 _ARRIVAL = 0
 _RETURN = 1
-
-
-def scheduler_config_for(
-    profile: LatencyProfile, policy: str, block_size: int = 16, **overrides: Any
-) -> SchedulerConfig:
-    """A `SchedulerConfig` whose capacities and budgets come from `profile`.
-
-    `overrides` are further `SchedulerConfig` fields; None values are ignored.
-    """
-    base = SchedulerConfig(
-        policy=policy,
-        block_size=block_size,
-        num_device_blocks=profile.device_blocks(block_size),
-        num_host_blocks=profile.host_blocks(block_size),
-        max_batch_tokens=profile.max_batch_tokens,
-        max_num_seqs=profile.max_num_seqs,
-    )
-    return base.with_(**{k: v for k, v in overrides.items() if v is not None})
 
 
 def step_results(out: SchedulerOutput) -> dict[str, StepResult]:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from augserve.bench.cli import format_table
 from augserve.bench.runner import (
     BenchPoint,
     aggregate,
@@ -19,6 +18,7 @@ from augserve.bench.runner import (
     run_sim_point,
 )
 from augserve.cli import main
+from augserve.cli.bench import format_table
 
 
 def test_bench_cli_writes_json_csv_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

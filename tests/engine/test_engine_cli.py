@@ -9,7 +9,7 @@ import pytest
 
 from augserve.cli import main
 from augserve.core.cost import BatchShape
-from augserve.sim.profiles import load_profile
+from augserve.profiles import load_profile
 
 
 def test_make_model_and_generate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

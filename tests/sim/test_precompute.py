@@ -6,19 +6,20 @@ from collections.abc import Sequence
 
 import pytest
 
+from augserve.core.config import scheduler_config_for
 from augserve.core.prediction import Prediction, Predictor
 from augserve.core.request import Request, Segment
 from augserve.predict.base import make_predictor
 from augserve.predict.features import meta_features
 from augserve.predict.learned import LearnedConfig, LearnedPredictor, train_learned_predictor
+from augserve.profiles import load_profile
 from augserve.sim.precompute import (
     PrecomputedPredictor,
     planned_state,
     prediction_points,
     should_precompute,
 )
-from augserve.sim.profiles import load_profile
-from augserve.sim.simulator import scheduler_config_for, simulate
+from augserve.sim.simulator import simulate
 from augserve.workload import ArrivalConfig, arrival_times_until, resample
 from augserve.workload.generators import infercept_like
 

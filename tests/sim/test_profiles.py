@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from augserve.core.cost import LatencyProfile
-from augserve.profiles import derive
-from augserve.sim import profiles as sim_profiles
-from augserve.sim.profiles import list_profiles, load_profile
+from augserve.profiles import derive, list_profiles, load_profile
+from augserve.profiles import load as sim_profiles
 
 SHIPPED = ["gptj-6b-rtx4090", "llama3-70b-4xa100", "opt-13b-h800", "vicuna-13b-2xa100"]
 SETUPS = {s.name: s for s in derive.SETUPS}

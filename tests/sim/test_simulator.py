@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from augserve.core.config import SchedulerConfig
+from augserve.core.config import SchedulerConfig, scheduler_config_for
 from augserve.core.cost import LatencyProfile
 from augserve.core.request import ContextPolicy, Request, RequestStatus, Segment
 from augserve.predict.base import make_predictor
 from augserve.sched.output import ScheduledChunk, SchedulerOutput
-from augserve.sim.simulator import Simulator, scheduler_config_for, simulate
+from augserve.sim.simulator import Simulator, simulate
 
 # c0 = 10 ms per iteration, 1 ms per prefill token, everything else free.
 EASY = LatencyProfile(

@@ -6,11 +6,12 @@ from dataclasses import replace
 
 import pytest
 
+from augserve.core.config import scheduler_config_for
 from augserve.core.cost import LatencyProfile
 from augserve.core.request import Request
 from augserve.predict.base import make_predictor
-from augserve.sim.profiles import load_profile
-from augserve.sim.simulator import SimResult, Simulator, scheduler_config_for, simulate
+from augserve.profiles import load_profile
+from augserve.sim.simulator import SimResult, Simulator, simulate
 from augserve.workload import infercept_like, poisson_arrivals
 
 POLICIES = ("vllm", "infercept", "ssjf", "mars", "augserve")

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 # module -> it defines `add_parser(subparsers)`; a subparser sets `func(args) -> int`.
 # Modules that are missing (a face not built yet, an extra not installed) are skipped.
 _COMMAND_MODULES = (
-    "augserve.workload.cli",
-    "augserve.bench.cli",
-    "augserve.engine.cli",
-    "augserve.predict.cli",
-    "augserve.server.cli",
+    "augserve.cli.workload",
+    "augserve.cli.bench",
+    "augserve.cli.engine",
+    "augserve.cli.predictor",
+    "augserve.cli.serve",
 )
 
 
