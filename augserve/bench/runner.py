@@ -27,7 +27,7 @@ RunPoint = Callable[["BenchPoint"], list[Row]]
 
 BACKENDS: dict[str, str] = {
     "sim": "augserve.bench.runner:run_sim_point",
-    "engine": "augserve.engine.bench_backend:run_point",
+    "engine": "augserve.bench.engine_backend:run_point",
 }
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from augserve.bench.engine_backend import run_point
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import Request, Segment
-from augserve.engine.bench_backend import run_point, run_requests
+from augserve.engine.bench_backend import run_requests
 from augserve.engine.engine import LLMEngine, default_cost
 from augserve.engine.make_model import make_model
 from augserve.engine.model_runner import ModelRunner
