@@ -1,0 +1,107 @@
+"""The FastAPI app: routes, middleware, error handlers, and the lifespan that connects
+the tools (MCP servers) at start-up and drains and stops the engine at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from augserve.server import chat, completions
+from augserve.server.errors import install_error_handlers
+from augserve.server.metrics import CONTENT_TYPE
+from augserve.server.middleware import APIKeyMiddleware, BodyLimitMiddleware
+from augserve.server.protocol import ChatCompletionRequest, CompletionRequest
+from augserve.server.state import ServerState
+
+log = logging.getLogger("augserve.server")
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "A bad request (OpenAI error object)"},
+    401: {"description": "A missing or wrong API key"},
+    404: {"description": "An unknown model"},
+    413: {"description": "The body is too large"},
+}
+
+
+async def drain(state: ServerState, grace: float) -> None:
+    """Stop taking requests; give running ones `grace` seconds, then abort the rest (their
+    clients get finish_reason "abort"), and wait briefly for the answers to go out."""
+    state.draining = True
+    deadline = time.monotonic() + grace
+    while state.live and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    if state.live:
+        log.warning("shutdown: aborting %d running request(s)", len(state.live))
+        for rid in list(state.live):
+            state.engine.abort(rid)
+    deadline = time.monotonic() + 2.0
+    while state.live and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+
+
+def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await state.registry.start()
+        state.registry.observers.append(state.metrics.observe_tool)
+        names = sorted(state.registry.tools)
+        log.info("serving %s; server-side tools: %s", list(state.model_names), names or "none")
+        try:
+            yield
+        finally:
+            await drain(state, state.limits.shutdown_grace)
+            await state.engine.shutdown()
+            await state.registry.close()
+
+    app = FastAPI(
+        title="augserve",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="OpenAI-compatible serving with server-side tools",
+    )
+    app.state.augserve = state
+    install_error_handlers(app)
+
+    @app.post("/v1/chat/completions", responses=ERRORS)
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
+        return await chat.chat_completion(state, body, request)
+
+    @app.post("/v1/completions", responses=ERRORS)
+    async def create_completion(body: CompletionRequest, request: Request) -> Any:
+        return await completions.completion(state, body, request)
+
+    @app.get("/v1/models", responses=ERRORS)
+    async def list_models() -> JSONResponse:
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": state.created,
+                "owned_by": "augserve",
+                "max_model_len": state.max_model_len,
+            }
+            for name in state.model_names
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if state.draining:
+            return JSONResponse({"status": "shutting down"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+    app.add_middleware(BodyLimitMiddleware, max_bytes=state.limits.max_body_bytes)
+    if api_key:
+        app.add_middleware(APIKeyMiddleware, api_key=api_key)
+    return app

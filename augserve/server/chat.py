@@ -1,0 +1,180 @@
+"""`POST /v1/chat/completions`: render, check, run the choices, answer (JSON or SSE)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from augserve.engine.chat import TemplateRaisedError
+from augserve.server.errors import APIError, error_body
+from augserve.server.generation import (
+    Choice,
+    ChoiceState,
+    ClientGone,
+    merge_choices,
+    unless_disconnected,
+)
+from augserve.server.protocol import ChatCompletionRequest
+from augserve.server.request_tools import RequestTools, trace_items
+from augserve.server.state import ServerState, sampling_params
+from augserve.server.streaming import sse, usage
+
+
+def _render(state: ServerState, req: ChatCompletionRequest, tools: RequestTools) -> str:
+    try:
+        return state.template.render(
+            [m.template_dict() for m in req.messages], tools=tools.template_tools()
+        )
+    except TemplateRaisedError as exc:
+        raise APIError(
+            400, f"the chat template rejected the messages: {exc}", param="messages"
+        ) from None
+    except ValueError as exc:
+        raise APIError(400, f"cannot render the messages: {exc}", param="messages") from None
+
+
+def prepare(state: ServerState, req: ChatCompletionRequest) -> tuple[list[int], list[Choice]]:
+    state.check_accepting()
+    state.check_model(req.model)
+    state.check_n(req.n)
+    tools = RequestTools(req, state.registry, state.parser_name)
+    prompt = state.encode_prompt(_render(state, req, tools), special=False)
+    max_tokens = state.max_tokens_for(req.token_limit, len(prompt), None)
+    stop_strings, stop_ids = state.end_markers()
+    choices = []
+    for i in range(req.n):
+        params = sampling_params(req, max_tokens, i, stop_strings, stop_ids)
+        session, executor = tools.session(state.template)
+        stops = params.stop
+        cs = ChoiceState(i, session.parser if session else None, executor, stops)
+        choices.append(Choice(cs, params, session))
+    return prompt, choices
+
+
+def _message(cs: ChoiceState) -> dict[str, Any]:
+    content: str | None = cs.content
+    if cs.tool_calls and not (content or "").strip():
+        content = None
+    msg: dict[str, Any] = {"role": "assistant", "content": content}
+    if cs.tool_calls:
+        msg["tool_calls"] = cs.tool_calls
+    return msg
+
+
+async def _collect(state: ServerState, prompt: list[int], choices: list[Choice], cid: str) -> None:
+    async for i, out in merge_choices(state, prompt, choices, cid):
+        choices[i].state.delta(out)
+
+
+async def chat_completion(state: ServerState, req: ChatCompletionRequest, http: Request) -> Any:
+    prompt, choices = prepare(state, req)
+    cid = f"chatcmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+    if req.stream:
+        gen = _stream(state, req, prompt, choices, cid, created)
+        return StreamingResponse(
+            gen, media_type="text/event-stream", headers={"cache-control": "no-cache"}
+        )
+    try:
+        await unless_disconnected(_collect(state, prompt, choices, cid), http.receive)
+    except ClientGone:
+        return JSONResponse(error_body(499, "the client closed the request"), status_code=499)
+    except RuntimeError as exc:  # the engine loop failed
+        raise APIError(500, f"generation failed: {exc}") from None
+    out_choices = []
+    for c in choices:
+        item: dict[str, Any] = {
+            "index": c.state.index,
+            "message": _message(c.state),
+            "logprobs": None,
+            "finish_reason": c.state.finish_reason,
+        }
+        if req.tool_trace:
+            item["tool_trace"] = trace_items(c.state.trace)
+        out_choices.append(item)
+    body = {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": req.model,
+        "choices": out_choices,
+        "usage": usage(len(prompt), sum(c.state.completion_tokens for c in choices)),
+    }
+    return JSONResponse(body)
+
+
+def _chunk(cid: str, created: int, model: str, choice: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [choice],
+    }
+
+
+async def _stream(
+    state: ServerState,
+    req: ChatCompletionRequest,
+    prompt: list[int],
+    choices: list[Choice],
+    cid: str,
+    created: int,
+) -> AsyncIterator[str]:
+    model = req.model
+    for c in choices:
+        first = {
+            "index": c.state.index,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        yield sse(_chunk(cid, created, model, first))
+    try:
+        async for i, out in merge_choices(state, prompt, choices, cid):
+            cs = choices[i].state
+            text = cs.delta(out)
+            if text:
+                delta = {
+                    "index": i,
+                    "delta": {"content": text},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+                yield sse(_chunk(cid, created, model, delta))
+            if out.finished:
+                yield sse(_chunk(cid, created, model, _final_delta(cs, req.tool_trace)))
+    except RuntimeError as exc:  # the engine loop failed: say so in the stream
+        yield sse(error_body(500, f"generation failed: {exc}"))
+    if req.wants_usage_chunk():
+        total = sum(c.state.completion_tokens for c in choices)
+        last = {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": usage(len(prompt), total),
+        }
+        yield sse(last)
+    yield "data: [DONE]\n\n"
+
+
+def _final_delta(cs: ChoiceState, with_trace: bool) -> dict[str, Any]:
+    delta: dict[str, Any] = {}
+    if cs.tool_calls:
+        delta["tool_calls"] = [{"index": k, **tc} for k, tc in enumerate(cs.tool_calls)]
+    item: dict[str, Any] = {
+        "index": cs.index,
+        "delta": delta,
+        "logprobs": None,
+        "finish_reason": cs.finish_reason,
+    }
+    if with_trace:
+        item["tool_trace"] = trace_items(cs.trace)
+    return item

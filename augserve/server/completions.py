@@ -1,0 +1,172 @@
+"""`POST /v1/completions`: text or token-id prompts, `n` choices each, JSON or SSE.
+No tools here (the chat endpoint has them)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from augserve.server.errors import APIError, error_body
+from augserve.server.generation import (
+    Choice,
+    ChoiceState,
+    ClientGone,
+    merge_choices,
+    unless_disconnected,
+)
+from augserve.server.protocol import CompletionRequest
+from augserve.server.state import ServerState, sampling_params
+from augserve.server.streaming import sse, usage
+
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
+
+
+def prepare(
+    state: ServerState, req: CompletionRequest
+) -> list[tuple[list[int], str, list[Choice]]]:
+    """(prompt ids, echo text, choices) per prompt."""
+    state.check_accepting()
+    state.check_model(req.model)
+    if req.suffix:
+        raise APIError(400, "'suffix' is not supported by this server", param="suffix")
+    prompts = req.prompts()
+    state.check_n(req.n)
+    if len(prompts) * req.n > state.limits.max_n * 4:
+        raise APIError(400, f"too many choices: {len(prompts)} prompts x n={req.n}", param="n")
+    out = []
+    for k, p in enumerate(prompts):
+        ids = state.encode_prompt(p, special=True)
+        max_tokens = state.max_tokens_for(req.max_tokens, len(ids), DEFAULT_MAX_TOKENS)
+        choices = [
+            Choice(
+                ChoiceState(k * req.n + i, stops=tuple(req.stop_list())),
+                sampling_params(req, max_tokens, i),
+            )
+            for i in range(req.n)
+        ]
+        echo = (p if isinstance(p, str) else state.tokenizer.decode(ids)) if req.echo else ""
+        out.append((ids, echo, choices))
+    return out
+
+
+async def _run_all(state: ServerState, batches: list[Any], cid: str, sink: Any) -> None:
+    """Every prompt's choices at once; the first failure cancels the rest."""
+
+    async def one(k: int, ids: list[int], choices: list[Choice]) -> None:
+        async for i, out in merge_choices(state, ids, choices, f"{cid}-p{k}"):
+            await sink(choices[i].state, out)
+
+    tasks = [asyncio.create_task(one(k, ids, ch)) for k, (ids, _, ch) in enumerate(batches)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def completion(state: ServerState, req: CompletionRequest, http: Request) -> Any:
+    batches = prepare(state, req)
+    cid = f"cmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+    if req.stream:
+        gen = _stream(state, req, batches, cid, created)
+        return StreamingResponse(gen, media_type="text/event-stream")
+
+    async def sink(cs: ChoiceState, out: Any) -> None:
+        cs.delta(out)
+
+    try:
+        await unless_disconnected(_run_all(state, batches, cid, sink), http.receive)
+    except ClientGone:
+        return JSONResponse(error_body(499, "the client closed the request"), status_code=499)
+    except RuntimeError as exc:
+        raise APIError(500, f"generation failed: {exc}") from None
+    choices = []
+    for _, echo, chs in batches:
+        for c in chs:
+            choices.append(
+                {
+                    "index": c.state.index,
+                    "text": echo + c.state.content,
+                    "logprobs": None,
+                    "finish_reason": c.state.finish_reason,
+                }
+            )
+    n_prompt = sum(len(ids) for ids, _, _ in batches)
+    n_out = sum(c.state.completion_tokens for _, _, chs in batches for c in chs)
+    body = {
+        "id": cid,
+        "object": "text_completion",
+        "created": created,
+        "model": req.model,
+        "choices": choices,
+        "usage": usage(n_prompt, n_out),
+    }
+    return JSONResponse(body)
+
+
+async def _stream(
+    state: ServerState, req: CompletionRequest, batches: list[Any], cid: str, created: int
+) -> AsyncIterator[str]:
+    queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def chunk(index: int, text: str, finish: str | None) -> str:
+        choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+        return sse(
+            {
+                "id": cid,
+                "object": "text_completion",
+                "created": created,
+                "model": req.model,
+                "choices": [choice],
+            }
+        )
+
+    for _, echo, chs in batches:
+        for c in chs:
+            if echo:
+                queue.put_nowait(chunk(c.state.index, echo, None))
+
+    async def sink(cs: ChoiceState, out: Any) -> None:
+        text = cs.delta(out)
+        if text or out.finished:
+            queue.put_nowait(chunk(cs.index, text, cs.finish_reason if out.finished else None))
+
+    async def run() -> None:
+        try:
+            await _run_all(state, batches, cid, sink)
+        except RuntimeError as exc:
+            queue.put_nowait(sse(error_body(500, f"generation failed: {exc}")))
+        finally:
+            queue.put_nowait(None)
+
+    task = asyncio.create_task(run())
+    try:
+        while (item := await queue.get()) is not None:
+            yield item
+        await task
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if req.wants_usage_chunk():
+        n_prompt = sum(len(ids) for ids, _, _ in batches)
+        n_out = sum(c.state.completion_tokens for _, _, chs in batches for c in chs)
+        yield sse(
+            {
+                "id": cid,
+                "object": "text_completion",
+                "created": created,
+                "model": req.model,
+                "choices": [],
+                "usage": usage(n_prompt, n_out),
+            }
+        )
+    yield "data: [DONE]\n\n"

@@ -1,0 +1,77 @@
+"""The embedded default model: what `augserve serve` serves without `--model`.
+
+A small random-weight Llama (`make_model("llama", "small", seed=0)`) with a
+ChatML/Hermes chat template that knows tools, built on first use and cached
+under `$XDG_CACHE_HOME/augserve` (or `~/.cache/augserve`). Its answers are
+random text: it is there so that a fresh machine can start the server, call it
+and see the whole path work, without downloading anything. The cache key hashes
+the recipe (make_model's source and the template), so a new augserve rebuilds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from augserve.engine.chat import CHATML_TEMPLATE
+
+DEFAULT_MODEL_NAME = "augserve-default"
+RECIPE = {"arch": "llama", "preset": "small", "seed": 0, "recipe": 1}
+MARKER = "augserve-default-model.json"
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "augserve"
+
+
+def model_key() -> str:
+    from augserve.engine import make_model
+
+    h = hashlib.sha256()
+    h.update(json.dumps(RECIPE, sort_keys=True).encode())
+    h.update(inspect.getsource(make_model).encode())
+    h.update(CHATML_TEMPLATE.encode())
+    return h.hexdigest()[:16]
+
+
+def _build(out: Path, key: str) -> None:
+    from augserve.engine.make_model import make_model
+
+    make_model(str(RECIPE["arch"]), str(RECIPE["preset"]), out, seed=int(RECIPE["seed"]))
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["chat_template"] = CHATML_TEMPLATE
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+    (out / MARKER).write_text(json.dumps({"key": key, **RECIPE}, indent=2))
+
+
+def ensure_default_model(root: str | Path | None = None) -> Path:
+    """The default model's directory, built if missing or stale. Safe against a
+    concurrent builder: each builds in its own temporary directory and renames."""
+    base = Path(root) if root is not None else cache_root()
+    key = model_key()
+    target = base / f"default-model-{key}"
+    if (target / MARKER).is_file():
+        return target
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=base))
+    tmp.chmod(0o755)
+    try:
+        _build(tmp, key)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished first
+            if not (target / MARKER).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for old in base.glob("default-model-*"):  # earlier versions
+        if old != target:
+            shutil.rmtree(old, ignore_errors=True)
+    return target

@@ -1,0 +1,110 @@
+"""OpenAI's error object for every 4xx/5xx, and the handlers that produce it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("augserve.server")
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable",
+}
+
+
+class APIError(Exception):
+    """Raised by handlers; becomes `{"error": {...}}` with its status."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        type: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or _TYPES.get(
+            status, "server_error" if status >= 500 else "invalid_request_error"
+        )
+
+
+def error_body(
+    status: int,
+    message: str,
+    param: str | None = None,
+    code: str | None = None,
+    type: str | None = None,
+) -> dict[str, Any]:
+    err = APIError(status, message, param, code, type)
+    return {"error": {"message": message, "type": err.type, "param": param, "code": code}}
+
+
+def error_response(err: APIError) -> JSONResponse:
+    body = {
+        "error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}
+    }
+    return JSONResponse(body, status_code=err.status)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request", None
+    e = errors[0]
+    loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+    if e.get("type") == "json_invalid":
+        return f"the request body is not valid JSON ({e.get('msg', '')})", None
+    param = ".".join(loc) or None
+    msg = str(e.get("msg", "invalid value"))
+    if param is None:
+        return f"invalid request body: {msg}", None
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return f"invalid value for '{param}': {msg}{more}", param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, APIError)
+        return error_response(exc)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        msg, param = _validation_message(exc)
+        return error_response(APIError(400, msg, param))
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        msg = str(exc.detail) if exc.detail else "error"
+        if exc.status_code == 404:
+            msg = f"no route {request.method} {request.url.path}"
+        resp = error_response(APIError(exc.status_code, msg))
+        for k, v in (exc.headers or {}).items():
+            resp.headers[k] = v
+        return resp
+
+    async def on_crash(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(APIError(500, f"internal error: {type(exc).__name__}"))
+
+    app.add_exception_handler(APIError, on_api_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_crash)

@@ -1,0 +1,157 @@
+"""Running the choices of one request on the engine, and what a client may see of them.
+
+`ChoiceState` turns a request's outputs into content a client may see: per segment
+(the text generated since the last tool result), the tool parser's streaming-safe
+view, minus anything that may still become a stop string. Non-streaming answers are
+the sum of the same deltas, so both modes return the same text.
+
+`merge_choices` runs the `n` choices of a request as concurrent `generate()` calls
+and yields their outputs as they come; leaving it early (a client gone) cancels
+them all, which aborts the requests and frees their KV blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from augserve.engine.engine import RequestOutput
+from augserve.engine.sampling_params import SamplingParams
+from augserve.engine.tool_parsers import _held_prefix
+from augserve.engine.tools import ToolSession
+from augserve.server.request_tools import CallExecutor, openai_tool_calls
+from augserve.server.state import ServerState
+
+
+@dataclass
+class ChoiceState:
+    index: int
+    parser: Any = None  # a StreamingToolParser, or None when tools are off
+    executor: CallExecutor | None = None
+    stops: tuple[str, ...] = ()
+    content: str = ""
+    finish_reason: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    completion_tokens: int = 0
+    _sent: int = 0
+    _results: int = 0
+
+    def delta(self, out: RequestOutput) -> str:
+        """New visible content of this choice after `out`."""
+        if len(out.tool_results) > self._results:  # a tool answered: a new segment began
+            self._results, self._sent = len(out.tool_results), 0
+        seg = out.segment_text
+        visible = self.parser.content(seg, out.finished) if self.parser is not None else seg
+        if not out.finished:
+            held = max((_held_prefix(visible, s) for s in self.stops), default=0)
+            visible = visible[: len(visible) - held]
+        new = visible[self._sent :]
+        self._sent = max(self._sent, len(visible))
+        self.content += new
+        self.completion_tokens = out.num_generated_tokens
+        if out.finished:
+            self.finish_reason = out.finish_reason
+            if out.tool_calls:
+                ids = [f"call_{uuid.uuid4().hex[:24]}" for _ in out.tool_calls]
+                self.tool_calls = openai_tool_calls(out.tool_calls, ids)
+        return new
+
+    @property
+    def trace(self) -> list[Any]:
+        return self.executor.trace if self.executor is not None else []
+
+
+@dataclass
+class Choice:
+    """One choice to run: its parameters and tool session."""
+
+    state: ChoiceState
+    params: SamplingParams
+    session: ToolSession | None = None
+
+
+async def run_choice(
+    state: ServerState, prompt: list[int], choice: Choice, request_id: str
+) -> AsyncIterator[RequestOutput]:
+    state.live.add(request_id)
+    try:
+        async for out in state.engine.generate(
+            prompt, choice.params, request_id=request_id, tools=choice.session
+        ):
+            if out.finished:
+                state.metrics.observe_finished(out.request, out.finish_reason)
+                if out.tool_calls:
+                    state.metrics.client_tool_calls.inc(len(out.tool_calls))
+            yield out
+    finally:
+        state.live.discard(request_id)
+
+
+_DONE = object()
+
+
+async def merge_choices(
+    state: ServerState, prompt: list[int], choices: Sequence[Choice], base_id: str
+) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """(choice index, output) from all choices, in arrival order."""
+    if len(choices) == 1:
+        async for out in run_choice(state, prompt, choices[0], f"{base_id}-0"):
+            yield 0, out
+        return
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def pump(i: int) -> None:
+        try:
+            async for out in run_choice(state, prompt, choices[i], f"{base_id}-{i}"):
+                queue.put_nowait((i, out))
+        except Exception as exc:
+            queue.put_nowait(exc)
+        finally:
+            queue.put_nowait(_DONE)
+
+    tasks = [asyncio.create_task(pump(i)) for i in range(len(choices))]
+    try:
+        left = len(tasks)
+        while left:
+            item = await queue.get()
+            if item is _DONE:
+                left -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def until_disconnected(receive: Any) -> None:
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return
+
+
+async def unless_disconnected(coro: Any, receive: Any) -> Any:
+    """Run `coro`; if the client disconnects first, cancel it (aborting its requests)
+    and raise `ClientGone`."""
+    work = asyncio.ensure_future(coro)
+    watch = asyncio.ensure_future(until_disconnected(receive))
+    try:
+        done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if work in done:
+            return work.result()
+        raise ClientGone()
+    finally:
+        for t in (work, watch):
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(work, watch, return_exceptions=True)
+
+
+class ClientGone(Exception):
+    pass

@@ -1,0 +1,153 @@
+"""Building a server from its settings, and running it on uvicorn.
+
+`build_state` loads the engine, the chat template, the tool parser, the tools file
+and the metrics. `serve_forever` runs uvicorn in the foreground: SIGINT/SIGTERM stop
+accepting connections, give running requests `shutdown_grace` seconds, abort the
+rest (their clients get finish_reason "abort"), stop the engine and free the port.
+`BackgroundServer` runs the same server in a thread (tests, notebooks).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from augserve.core.metrics import SLOConfig
+from augserve.engine.chat import CHATML_TEMPLATE, ChatTemplate
+from augserve.engine.tool_parsers import TOOL_PARSERS, detect_tool_parser
+from augserve.server.app import create_app, drain
+from augserve.server.metrics import ServerMetrics
+from augserve.server.state import ServerLimits, ServerState
+from augserve.server.tool_config import ToolsConfig
+from augserve.server.tool_registry import ToolRegistry
+
+log = logging.getLogger("augserve.server")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """The server's own settings (the engine's are `EngineArgs`)."""
+
+    served_model_names: tuple[str, ...]
+    tools_file: str | None = None
+    chat_template: str | None = None  # a template file overriding the model's
+    tool_call_parser: str | None = None  # None: from the template
+    limits: ServerLimits = ServerLimits()
+    slo: SLOConfig = SLOConfig(norm_latency_slo=0.1, ttft_slo=1.0)
+
+    def __post_init__(self) -> None:
+        if not self.served_model_names or not all(self.served_model_names):
+            raise ValueError("served_model_names must hold at least one non-empty name")
+        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_PARSERS:
+            raise ValueError(
+                f"tool_call_parser must be one of {sorted(TOOL_PARSERS)}, "
+                f"got {self.tool_call_parser!r}"
+            )
+
+
+def load_template(model_dir: str | Path, override: str | None) -> ChatTemplate:
+    if override is not None:
+        return ChatTemplate.from_file(override, model_dir)
+    tpl = ChatTemplate.from_model_dir(model_dir, fallback=CHATML_TEMPLATE)
+    if tpl.source is CHATML_TEMPLATE:
+        log.warning("%s has no chat template; using augserve's ChatML template", model_dir)
+    return tpl
+
+
+def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> ServerState:
+    """Everything but the engine itself, which the caller builds (`build_engine`)."""
+    template = load_template(model_dir, opts.chat_template)
+    parser = opts.tool_call_parser or detect_tool_parser(template.source)
+    tools = ToolsConfig.from_file(opts.tools_file) if opts.tools_file else ToolsConfig()
+    metrics = ServerMetrics(aengine.stats, opts.slo)
+    return ServerState(
+        aengine,
+        template,
+        parser,
+        ToolRegistry(tools),
+        metrics,
+        opts.served_model_names,
+        opts.limits,
+    )
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn, with the engine drained before connections are closed."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        super().__init__(config)
+        self.state = state
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:  # stop accepting first
+            server.close()
+        await drain(self.state, self.state.limits.shutdown_grace)
+        await super().shutdown(sockets)
+
+
+def _config(app: Any, host: str, port: int, log_level: str) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        access_log=False,
+    )
+
+
+def serve_forever(
+    state: ServerState, host: str, port: int, api_key: str | None, log_level: str = "info"
+) -> int:
+    server = GracefulServer(_config(create_app(state, api_key), host, port, log_level), state)
+    server.run()
+    return 0 if server.started else 1
+
+
+class BackgroundServer:
+    """A live server on `host`:`port` (0: an ephemeral port) in a daemon thread."""
+
+    def __init__(
+        self,
+        state: ServerState,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+    ) -> None:
+        self.state = state
+        app = create_app(state, api_key)
+        self.server = GracefulServer(_config(app, host, port, log_level), state)
+        self.thread = threading.Thread(target=self.server.run, name="augserve-server", daemon=True)
+        self.host = host
+
+    @property
+    def port(self) -> int:
+        return int(self.server.servers[0].sockets[0].getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 120.0) -> BackgroundServer:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start (see its log)")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise RuntimeError("the server did not stop in time")

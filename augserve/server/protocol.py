@@ -1,0 +1,161 @@
+"""Request bodies of the OpenAI API (the subset augserve serves), as pydantic models.
+
+Unknown fields are ignored, as vLLM does. Fields that change results but are not
+supported (logprobs, penalties other than 0, ...) are rejected with a 400 that
+names them, rather than silently ignored. augserve's own extensions: `top_k`,
+`ignore_eos`, and `tool_trace` (return the server-side calls with the answer).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SEED_MAX = 2**63 - 1
+FUNCTION_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class FunctionDef(_Model):
+    name: Annotated[str, Field(pattern=FUNCTION_NAME)]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(_Model):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class FunctionCall(_Model):
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCall(_Model):
+    id: str = ""
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class TextPart(_Model):
+    type: Literal["text"]
+    text: str
+
+
+class Message(_Model):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    def template_dict(self) -> dict[str, Any]:
+        d = self.model_dump(exclude_none=True)
+        if d["role"] == "developer":  # templates know "system"
+            d["role"] = "system"
+        d.setdefault("content", "")
+        return d
+
+
+class NamedFunction(_Model):
+    name: str
+
+
+class NamedToolChoice(_Model):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class StreamOptions(_Model):
+    include_usage: bool | None = None
+
+
+Stop = str | Annotated[list[str], Field(max_length=16)] | None
+
+
+class _SamplingFields(_Model):
+    model: str
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    top_k: Annotated[int, Field(ge=-1)] | None = None
+    stop: Stop = None
+    seed: Annotated[int, Field(ge=-SEED_MAX - 1, le=SEED_MAX)] | None = None
+    n: Annotated[int, Field(ge=1, le=16)] = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool = False
+    user: str | None = None
+    presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
+    logprobs: bool | int | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_non_empty(cls, v: Stop) -> Stop:
+        items = [v] if isinstance(v, str) else (v or [])
+        if any(not s for s in items):
+            raise ValueError("stop strings must not be empty")
+        return v
+
+    def unsupported(self) -> str | None:
+        """The first field set to a value augserve cannot honour, or None."""
+        if self.logprobs:
+            return "logprobs"
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name):
+                return name
+        return None
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def wants_usage_chunk(self) -> bool:
+        opts = self.stream_options
+        return opts is None or opts.include_usage is None or bool(opts.include_usage)
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: Annotated[list[Message], Field(min_length=1)]
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    parallel_tool_calls: bool | None = None
+    tool_trace: bool = False
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+Prompt = (
+    Annotated[str, Field(min_length=1)]
+    | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=64)]
+    | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    | Annotated[
+        list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]],
+        Field(min_length=1, max_length=64),
+    ]
+)
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: Prompt
+    echo: bool = False
+    suffix: str | None = None
+
+    def prompts(self) -> list[str | list[int]]:
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if all(isinstance(x, int) for x in p):
+            return [[int(x) for x in p]]  # type: ignore[union-attr]
+        return list(p)  # type: ignore[arg-type]

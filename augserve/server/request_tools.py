@@ -1,0 +1,166 @@
+"""Per request: which tools it may use, how the model's calls are parsed, who runs them.
+
+- Tools the server holds run on the server (`ToolRegistry.run`), while the request
+  is paused in the scheduler; the result, wrapped as the chat template writes a
+  tool message (`ChatTemplate.tool_turn`), is appended and generation goes on.
+- Tools the client declares that the server does not hold end the request with
+  finish_reason "tool_calls", for the client to run.
+- A call to a tool nobody declared, or one whose JSON is broken, runs on the
+  server too: it answers the model with an error, and the request goes on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from augserve.engine.chat import ChatTemplate
+from augserve.engine.tool_parsers import make_tool_parser
+from augserve.engine.tools import ParsedCall, ToolSession
+from augserve.server.errors import APIError
+from augserve.server.protocol import ChatCompletionRequest, ToolDef
+from augserve.server.tool_registry import ToolOutcome, ToolRegistry
+
+
+class AllNamesExcept(frozenset[str]):
+    """A 'set' holding every tool name except the given ones: the engine runs on the
+    server every call whose name is `in` it (all but the client's own tools)."""
+
+    def __contains__(self, name: object) -> bool:
+        return not super().__contains__(name)
+
+
+class CallExecutor:
+    """The engine's `ToolExecutor` for one choice of one request; keeps the trace."""
+
+    def __init__(self, registry: ToolRegistry, template: ChatTemplate) -> None:
+        self.registry = registry
+        self.template = template
+        self.trace: list[ToolOutcome] = []
+
+    async def __call__(self, call: ParsedCall) -> str:
+        out = await self.registry.run(call)
+        self.trace.append(out)
+        return self.template.tool_turn(out.text)
+
+
+def _check_schema(tool: ToolDef, i: int) -> None:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    params = tool.function.parameters
+    if params is None:
+        return
+    try:
+        Draft202012Validator.check_schema(params)
+    except SchemaError as exc:
+        raise APIError(
+            400,
+            f"tools[{i}] ({tool.function.name!r}): parameters is not a valid "
+            f"JSON schema: {exc.message}",
+            param=f"tools.{i}.function.parameters",
+        ) from None
+
+
+def client_tools(req: ChatCompletionRequest) -> list[ToolDef]:
+    tools = list(req.tools or [])
+    names = [t.function.name for t in tools]
+    for i, tool in enumerate(tools):
+        if names.index(tool.function.name) != i:
+            raise APIError(
+                400,
+                f"tools: the name {tool.function.name!r} is declared twice",
+                param=f"tools.{i}.function.name",
+            )
+        _check_schema(tool, i)
+    return tools
+
+
+def check_message_calls(req: ChatCompletionRequest) -> None:
+    """Earlier assistant tool calls must carry JSON-object arguments (400 otherwise)."""
+    for i, m in enumerate(req.messages):
+        for j, call in enumerate(m.tool_calls or []):
+            where = f"messages.{i}.tool_calls.{j}.function.arguments"
+            try:
+                args = json.loads(call.function.arguments or "{}")
+            except json.JSONDecodeError as exc:
+                raise APIError(
+                    400,
+                    f"invalid tool arguments for {call.function.name!r}: not "
+                    f"valid JSON ({exc.msg})",
+                    param=where,
+                ) from None
+            if not isinstance(args, dict):
+                raise APIError(
+                    400,
+                    f"invalid tool arguments for {call.function.name!r}: they "
+                    "must be a JSON object",
+                    param=where,
+                )
+
+
+class RequestTools:
+    """The tools of one chat request, after validation."""
+
+    def __init__(
+        self, req: ChatCompletionRequest, registry: ToolRegistry, parser_name: str
+    ) -> None:
+        self.registry = registry
+        self.parser_name = parser_name
+        declared = client_tools(req)
+        check_message_calls(req)
+        server = registry.names()
+        self.client_only = frozenset(t.function.name for t in declared) - server
+        self.definitions: list[dict[str, Any]] = [
+            t.model_dump(exclude_none=True) for t in declared if t.function.name not in server
+        ] + registry.definitions()
+        choice = req.tool_choice
+        self.enabled = choice != "none" and bool(self.definitions)
+        if choice is not None and not isinstance(choice, str):
+            name = choice.function.name
+            if name not in self.client_only and name not in server:
+                raise APIError(
+                    400,
+                    f"tool_choice names an unknown tool {name!r}",
+                    param="tool_choice.function.name",
+                )
+        elif choice == "required" and not self.definitions:
+            raise APIError(
+                400, "tool_choice is 'required' but no tools are available", param="tool_choice"
+            )
+
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        return self.definitions if self.enabled else None
+
+    def session(self, template: ChatTemplate) -> tuple[ToolSession | None, CallExecutor | None]:
+        """A fresh parser and executor for one choice (None when tools are off)."""
+        if not self.enabled:
+            return None, None
+        executor = CallExecutor(self.registry, template)
+        parser = make_tool_parser(self.parser_name)
+        return ToolSession(parser, executor, AllNamesExcept(self.client_only)), executor
+
+
+def openai_tool_calls(calls: Iterable[ParsedCall], ids: Sequence[str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": cid,
+            "type": "function",
+            "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+        }
+        for c, cid in zip(calls, ids, strict=True)
+    ]
+
+
+def trace_items(trace: Iterable[ToolOutcome]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": t.name,
+            "arguments": t.arguments,
+            "result": t.text,
+            "error": t.error,
+            "duration": round(t.duration, 6),
+        }
+        for t in trace
+    ]

@@ -1,0 +1,159 @@
+"""What every handler shares: the engine, tokenizer, chat template, tools, metrics and
+limits; plus the checks every generation request goes through (model name, context
+length, sampling parameters)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from augserve.engine.chat import ChatTemplate
+from augserve.engine.sampling_params import SamplingParams
+from augserve.server.errors import APIError
+from augserve.server.metrics import ServerMetrics
+from augserve.server.protocol import _SamplingFields
+from augserve.server.tool_registry import ToolRegistry
+
+SEED_MOD = 2**32  # the sampler mixes seeds into a 64-bit generator seed
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_tokens: int | None = None  # cap on a request's max_tokens (None: the context)
+    max_n: int = 16
+    shutdown_grace: float = 10.0  # seconds running requests get to finish on shutdown
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes < 1024:
+            raise ValueError(f"max_body_bytes must be >= 1024, got {self.max_body_bytes}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not 1 <= self.max_n <= 16:
+            raise ValueError(f"max_n must be in [1, 16], got {self.max_n}")
+        if self.shutdown_grace < 0:
+            raise ValueError(f"shutdown_grace must be >= 0, got {self.shutdown_grace}")
+
+
+@dataclass
+class ServerState:
+    engine: Any  # AsyncLLMEngine
+    template: ChatTemplate
+    parser_name: str
+    registry: ToolRegistry
+    metrics: ServerMetrics
+    model_names: tuple[str, ...]
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    created: int = field(default_factory=lambda: int(time.time()))
+    draining: bool = False
+    live: set[str] = field(default_factory=set)  # request ids in the engine
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.engine.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.engine.engine.max_model_len)
+
+    # --- checks --------------------------------------------------------------------------
+    def check_accepting(self) -> None:
+        if self.draining:
+            raise APIError(503, "the server is shutting down", code="shutting_down")
+
+    def check_model(self, name: str) -> None:
+        if name not in self.model_names:
+            raise APIError(
+                404,
+                f"the model '{name}' does not exist; this server serves {list(self.model_names)}",
+                param="model",
+                code="model_not_found",
+            )
+
+    def max_tokens_for(self, requested: int | None, prompt_len: int, default: int | None) -> int:
+        """The request's token limit; 400 when the prompt and it do not fit the context."""
+        room = self.max_model_len - prompt_len
+        if room < 1:
+            raise APIError(
+                400,
+                f"this model's maximum context length is {self.max_model_len} "
+                f"tokens, but the prompt has {prompt_len} tokens",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        cap = self.limits.max_tokens
+        if requested is not None and cap is not None and requested > cap:
+            raise APIError(400, f"max_tokens must be <= {cap}, got {requested}", param="max_tokens")
+        if requested is not None and requested > room:
+            raise APIError(
+                400,
+                f"this model's maximum context length is {self.max_model_len} "
+                f"tokens; you asked for {prompt_len + requested} ({prompt_len} in "
+                f"the prompt, {requested} to generate)",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        if requested is not None:
+            return requested
+        return min(x for x in (room, cap, default) if x is not None)
+
+    def check_n(self, n: int) -> None:
+        if n > self.limits.max_n:
+            raise APIError(400, f"n must be <= {self.limits.max_n}, got {n}", param="n")
+
+    def end_markers(self) -> tuple[list[str], list[int]]:
+        """The template's end-of-turn markers: token ids where they are one token,
+        stop strings otherwise."""
+        strings, ids = [], []
+        for marker in self.template.end_markers():
+            toks = self.tokenizer.encode(marker, add_special_tokens=False)
+            if len(toks) == 1:
+                ids.append(toks[0])
+            else:
+                strings.append(marker)
+        return strings, ids
+
+    def encode_prompt(self, prompt: str | list[int], special: bool) -> list[int]:
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt, add_special_tokens=special)
+        else:
+            ids = list(prompt)
+            vocab = int(self.engine.engine.runner.vocab_size)
+            bad = [t for t in ids if not 0 <= t < vocab]
+            if bad:
+                raise APIError(
+                    400,
+                    f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1})",
+                    param="prompt",
+                )
+        if not ids:
+            raise APIError(400, "the prompt is empty", param="prompt")
+        return list(ids)
+
+
+def sampling_params(
+    req: _SamplingFields,
+    max_tokens: int,
+    choice: int,
+    extra_stop: list[str] | None = None,
+    stop_token_ids: list[int] | None = None,
+) -> SamplingParams:
+    """The engine's parameters for choice `choice` of a request (seed + choice)."""
+    bad = req.unsupported()
+    if bad is not None:
+        raise APIError(400, f"'{bad}' is not supported by this server", param=bad)
+    seed = None if req.seed is None else (req.seed + choice) % SEED_MOD
+    try:
+        return SamplingParams(
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            top_k=-1 if req.top_k in (None, 0) else int(req.top_k),
+            seed=seed,
+            max_tokens=max_tokens,
+            stop=tuple(req.stop_list() + list(extra_stop or [])),
+            stop_token_ids=tuple(stop_token_ids or ()),
+            ignore_eos=req.ignore_eos,
+        )
+    except ValueError as exc:
+        raise APIError(400, str(exc)) from None
