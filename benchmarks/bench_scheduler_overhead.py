@@ -13,11 +13,12 @@ import argparse
 import random
 import time
 
-from augserve.core.config import POLICY_NAMES, SchedulerConfig
+from augserve.core.config import SchedulerConfig
 from augserve.core.request import Request, Segment
 from augserve.predict.base import OraclePredictor
 from augserve.profiles import load_profile
 from augserve.sched.output import StepEvent, StepResult
+from augserve.sched.policies import POLICIES
 from augserve.sched.scheduler import Scheduler
 
 
@@ -66,7 +67,7 @@ def measure(policy: str, n: int, iters: int) -> tuple[float, float, int, int]:
         wall += time.perf_counter() - t0
         cpu += time.process_time() - c0
         batch += len(out.chunks)
-    return wall / iters, cpu / iters, len(sched.paused), batch // iters
+    return wall / iters, cpu / iters, sched.num_in_calls(), batch // iters
 
 
 def main() -> None:
@@ -80,7 +81,7 @@ def main() -> None:
     print(f"{head} {'paused':>7} {'batch':>6}")
     for n in sizes:
         base = None
-        for policy in POLICY_NAMES:
+        for policy in POLICIES:
             wall, cpu, paused, batch = measure(policy, n, args.iters)
             base = cpu if policy == "vllm" else base
             ratio = cpu / base if base else 1.0

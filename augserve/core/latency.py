@@ -1,6 +1,6 @@
 """Cost models: how long an iteration, a prefill or a swap takes, and KV size.
 
-The scheduler asks a `CostModel` for every time it needs (PAPER.md sections 2
+The scheduler asks a `LatencyModel` for every time it needs (PAPER.md sections 2
 to 4); the simulator uses the same model to advance its clock. A
 `LatencyProfile` is the linear model both use:
 
@@ -41,7 +41,7 @@ class BatchShape:
         return self.prefill_tokens == 0 and self.decode_reqs == 0
 
 
-class CostModel(Protocol):
+class LatencyModel(Protocol):
     """The times and sizes the scheduler needs. Seconds and tokens."""
 
     @property
@@ -101,7 +101,7 @@ class LatencyProfile:
                 f"LatencyProfile.swap_bandwidth must be > 0, got {self.swap_bandwidth}"
             )
 
-    # --- CostModel -----------------------------------------------------------
+    # --- LatencyModel -----------------------------------------------------------
     @property
     def kv_bytes_per_token(self) -> int:
         return self.kv_bytes
@@ -116,6 +116,14 @@ class LatencyProfile:
             + self.c_decode * shape.decode_reqs
             + self.c_ctx * shape.decode_context
         )
+
+    def step_time(self, shape: BatchShape) -> float:
+        """An iteration with its swap traffic: the host link overlaps the compute, so
+        only swap time beyond the compute stalls the iteration."""
+        compute = self.iteration_time(shape)
+        if not shape.swap_tokens:
+            return compute
+        return compute + max(0.0, self.swap_time(shape.swap_tokens) - compute)
 
     def prefill_time(self, num_tokens: int) -> float:
         if num_tokens <= 0:

@@ -21,5 +21,6 @@ class Predictor(Protocol):
     milliseconds sets `expensive = True`; engines then call it off their loop."""
 
     name: str
+    expensive: bool
 
     def predict(self, requests: Sequence[Request]) -> list[Prediction]: ...

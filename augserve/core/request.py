@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -55,6 +56,7 @@ class FinishReason(enum.Enum):
     LENGTH = "length"
     ABORT = "abort"
     ERROR = "error"
+    TOOL_CALLS = "tool_calls"  # ended on a call the client runs (OpenAI's finish reason)
 
     @property
     def status(self) -> RequestStatus:
@@ -66,6 +68,7 @@ _FINISH_STATUS = {
     FinishReason.LENGTH: RequestStatus.FINISHED_LENGTH,
     FinishReason.ABORT: RequestStatus.FINISHED_ABORTED,
     FinishReason.ERROR: RequestStatus.FINISHED_ERROR,
+    FinishReason.TOOL_CALLS: RequestStatus.FINISHED_STOPPED,
 }
 
 
@@ -104,6 +107,8 @@ class CallRecord:
     end: float | None = None
     returned_tokens: int = 0
     policy: ContextPolicy | None = None  # the context policy applied while waiting
+    tool: str | None = None  # the tool called, where the executor knows it
+    args_len: int = 0  # size of the call's arguments (characters), a predictor feature
 
 
 @dataclass(eq=False)
@@ -139,9 +144,6 @@ class Request:
     context_policy: ContextPolicy | None = None  # chosen for the current / last call
     queue_time: float = 0.0  # FCFS key: original arrival (vllm re-queues with a new one)
     last_scheduled_time: float = 0.0
-    num_skipped: int = 0  # iterations runnable but not scheduled (MARS anti-starvation)
-    priority: float = 0.0  # policy-specific ranking key, higher runs first
-    cost: float = 0.0  # space-time cost of the current segment (AugServe)
     pred_output_len: float = 0.0  # predicted tokens still to generate in this segment
     pred_call_time: float | None = None  # predicted duration of the call ending it
     pred_return_len: float = 0.0
@@ -201,14 +203,13 @@ class Request:
         if self.first_token_time is None:
             self.first_token_time = now
 
-    def append_returned(self, token_ids: list[int] | int) -> int:
+    def append_returned(self, num_returned: int, token_ids: Sequence[int] | None = None) -> int:
         """The call's result joins the context; returns how many tokens."""
-        n = token_ids if isinstance(token_ids, int) else len(token_ids)
-        if self.token_ids is not None and not isinstance(token_ids, int):
+        if self.token_ids is not None and token_ids is not None:
             self.token_ids.extend(token_ids)
-        self.num_tokens += n
-        self.num_returned_tokens += n
-        return n
+        self.num_tokens += num_returned
+        self.num_returned_tokens += num_returned
+        return num_returned
 
     def preview_return(self, num_returned: int, now: float) -> Request:
         """A copy in the state `resume` will leave this request in (for predicting

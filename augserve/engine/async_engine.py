@@ -20,24 +20,43 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 from augserve.core.prediction import Prediction
 from augserve.core.request import Request, Segment
-from augserve.engine.engine import EngineStep, LLMEngine, RequestOutput
+from augserve.engine.engine import EngineStep, LLMEngine
+from augserve.engine.outputs import RequestOutput
 from augserve.engine.sampling_params import SamplingParams
-from augserve.engine.tools import PendingCall, ToolExecutor, run_call
+from augserve.engine.tools import PendingCall, ToolExecutor, ToolSession, run_call
+from augserve.sched.output import SchedulerStats
 
 _Item = RequestOutput | BaseException
 
 
+@dataclass(frozen=True)
+class _Return:
+    request_id: str
+    result: list[int] | str
+    prediction: Prediction | None
+    error: bool
+
+
 class AsyncLLMEngine:
-    def __init__(self, engine: LLMEngine, executor: ToolExecutor | None = None) -> None:
+    """`executor` runs parsed calls of requests whose `ToolSession` has none;
+    scripted calls last their trace duration times `call_time_scale`."""
+
+    def __init__(
+        self,
+        engine: LLMEngine,
+        executor: ToolExecutor | None = None,
+        call_time_scale: float = 1.0,
+    ) -> None:
         self.engine = engine
-        engine.stream = True
         self.executor = executor
+        self.call_time_scale = call_time_scale
         self._streams: dict[str, asyncio.Queue[_Item]] = {}
         self._calls: dict[str, asyncio.Task[None]] = {}
-        self._returns: list[tuple[str, list[int] | str, Prediction | None]] = []
+        self._returns: list[_Return] = []
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
@@ -50,18 +69,22 @@ class AsyncLLMEngine:
         params: SamplingParams | None = None,
         request_id: str | None = None,
         segments: Sequence[Segment] | None = None,
+        tools: ToolSession | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Add a request and yield its outputs until it finishes. Leaving the
         iterator early (client gone, cancellation) aborts the request."""
         self._ensure_started()
         rid = request_id if request_id is not None else f"req-{next(self._ids)}"
+        if rid in self._streams:
+            raise ValueError(f"request {rid!r} already exists")
         queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._streams[rid] = queue
         finished = False
         try:
             params = params or SamplingParams()
             req = self.engine.make_request(rid, prompt, params, segments)
-            self.engine.add(req, params, prediction=await self._predict_off_loop(req))
+            prediction = await self._predict_off_loop(req)
+            self.engine.add(req, params, prediction=prediction, tools=tools, stream=True)
             self._kick()
             while True:
                 item = await queue.get()
@@ -83,6 +106,9 @@ class AsyncLLMEngine:
         found = self.engine.abort(request_id)
         self._kick()
         return found
+
+    def stats(self) -> SchedulerStats:
+        return self.engine.stats()
 
     async def shutdown(self) -> None:
         if self._loop_task is not None:
@@ -129,19 +155,19 @@ class AsyncLLMEngine:
 
     def _apply_returns(self) -> None:
         returns, self._returns = self._returns, []
-        for rid, result, prediction in returns:
-            self.engine.resume(rid, result, prediction=prediction)
+        for r in returns:
+            self.engine.resume(r.request_id, r.result, prediction=r.prediction, error=r.error)
 
     async def _predict_off_loop(self, req: Request) -> Prediction | None:
         """Run an expensive predictor in a worker thread; cheap ones run inline later."""
-        predictor = self.engine.scheduler.predictor
-        if predictor is None or not getattr(predictor, "expensive", False):
+        predictor = self.engine.predictor
+        if predictor is None or not predictor.expensive:
             return None
         loop = asyncio.get_running_loop()
         return (await loop.run_in_executor(None, predictor.predict, [req]))[0]
 
     async def _predict_return(self, request_id: str, result: list[int] | str) -> Prediction | None:
-        req = self.engine.scheduler.paused.get(request_id)
+        req = self.engine.get_request(request_id)
         if req is None:
             return None
         num_returned = len(self.engine.result_ids(result))
@@ -158,15 +184,16 @@ class AsyncLLMEngine:
             )
 
     async def _run_call(self, call: PendingCall) -> None:
+        error = False
         try:
-            result: list[int] | str = await run_call(call, self.executor)
+            result = await run_call(call, self.executor, self.call_time_scale)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failing tool answers with its error, as agent loops do
-            result = f"Error: {exc}"
+            result, error = f"Error: {exc}", True
             if self.engine.tokenizer is None:
                 result = []
         prediction = await self._predict_return(call.request_id, result)
         self._calls.pop(call.request_id, None)
-        self._returns.append((call.request_id, result, prediction))
+        self._returns.append(_Return(call.request_id, result, prediction, error))
         self._kick()

@@ -1,64 +1,56 @@
 """LLMEngine: the synchronous core that wires the Scheduler to a ModelRunner.
 
-One `step()`:
+One `step()` is three phases, which a virtual-clock driver may call apart:
 
-1. `schedule(now)`: the scheduler decides chunks, swaps and discards;
-2. execute the swaps (before the forward: freed device blocks may be reused
-   by this iteration's chunks);
-3. build one `SeqChunk` per scheduled chunk and run the forward + sampling;
-4. decide a `StepEvent` for every sampled token (stop tokens, stop strings,
-   model length -> FINISH; a scripted or parsed call -> CALL);
-5. `update_from_output`, then report outputs, finished requests and the calls
-   that started (the driver runs them and calls `resume`).
+1. `schedule(now)`: the scheduler decides chunks (with block tables), swaps
+   and discards;
+2. `execute(out)`: the swaps (before the forward: freed device blocks may be
+   reused by this iteration's chunks), one forward over every chunk, sampling,
+   and a `StepEvent` per sampled token (stop tokens, stop strings, model
+   length -> FINISH; a scripted or parsed call -> CALL);
+3. `commit(out, results, end)`: `update_from_output`, then the outputs, the
+   finished requests and the calls that started, all read from the
+   scheduler's `SchedulerUpdate` (the driver runs the calls and calls
+   `resume`).
 
-The engine never waits on a call and never reads a clock it was not given.
+The engine never waits on a call and reads only the clock it was given.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from augserve.core.config import SchedulerConfig
-from augserve.core.cost import CostModel, LatencyProfile
+from augserve.core.latency import LatencyModel, LatencyProfile
 from augserve.core.prediction import Prediction, Predictor
 from augserve.core.request import FinishReason, Request, Segment
 from augserve.engine.model_runner import ModelRunner, SeqChunk
+from augserve.engine.outputs import RequestOutput, SeqState, ToolResult
 from augserve.engine.sampling_params import SamplingParams, check_stop
+from augserve.engine.swaps import order_swaps
 from augserve.engine.tokenizer import IncrementalDetokenizer, Tokenizer
 from augserve.engine.tools import (
     FILLER_TEXT,
-    ParsedCall,
     PendingCall,
-    ToolCallParser,
+    ToolSession,
     scripted_call,
     scripted_event,
 )
 from augserve.predict.base import make_predictor
-from augserve.sched.output import SchedulerOutput, StepEvent, StepResult
+from augserve.sched.output import (
+    SchedulerOutput,
+    SchedulerStats,
+    SchedulerUpdate,
+    StepEvent,
+    StepResult,
+)
 from augserve.sched.scheduler import Scheduler
 
-
-@dataclass
-class RequestOutput:
-    """A request's output so far. `token_ids` / `text`: everything after the prompt
-    (generated tokens and the calls' returned tokens); `new_token_ids` /
-    `delta_text`: what was added since the previous output of this request."""
-
-    request_id: str
-    prompt: str | None
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str
-    new_token_ids: list[int] = field(default_factory=list)
-    delta_text: str = ""
-    finished: bool = False
-    finish_reason: str | None = None
-    num_generated_tokens: int = 0
-    num_calls: int = 0
-    request: Request | None = None
+Results = dict[str, StepResult]
 
 
 @dataclass
@@ -69,7 +61,8 @@ class EngineStep:
     calls: list[PendingCall] = field(default_factory=list)
     finished: list[Request] = field(default_factory=list)
     num_tokens: int = 0  # tokens computed by the forward
-    scheduled: SchedulerOutput | None = None  # the scheduler's decision (for inspection)
+    scheduled: SchedulerOutput | None = None  # the scheduler's decision
+    update: SchedulerUpdate | None = None  # what the scheduler says happened
 
     @property
     def idle(self) -> bool:
@@ -78,21 +71,8 @@ class EngineStep:
         return not busy and not self.outputs
 
 
-@dataclass
-class _SeqState:
-    params: SamplingParams
-    detok: IncrementalDetokenizer | None
-    scripted: bool
-    text: str = ""
-    stop_from: int = 0  # stop strings are searched from here (never inside call results)
-    segment_start: int = 0  # where the current segment's text begins (for the parser)
-    sent_tokens: int = 0
-    sent_text: int = 0
-    call: ParsedCall | None = None
-
-
-def default_cost(runner: ModelRunner, cfg: SchedulerConfig) -> LatencyProfile:
-    """A placeholder cost model from the runner's memory facts (fit a real one with
+def default_latency(runner: ModelRunner, cfg: SchedulerConfig) -> LatencyProfile:
+    """A placeholder latency model from the runner's memory facts (fit a real one with
     `augserve profile`): CPU-ish iteration times, a PCIe-like host link."""
     kv = runner.kv_bytes_per_token
     return LatencyProfile(
@@ -111,29 +91,6 @@ def default_cost(runner: ModelRunner, cfg: SchedulerConfig) -> LatencyProfile:
     )
 
 
-def order_swaps(
-    swap_out: Sequence[tuple[int, int]], swap_in: Sequence[tuple[int, int]]
-) -> list[tuple[str, list[tuple[int, int]]]]:
-    """Group the iteration's block moves so no copy overwrites a block another copy
-    still has to read (a block freed by one move may be the target of another).
-    The scheduler's own order has no cycles, so this always terminates."""
-    moves = [("out", p) for p in swap_out] + [("in", p) for p in swap_in]
-    batches: list[tuple[str, list[tuple[int, int]]]] = []
-    while moves:
-        reads = {("dev" if k == "out" else "host", p[0]) for k, p in moves}
-        ready_out = [p for k, p in moves if k == "out" and ("host", p[1]) not in reads]
-        ready_in = [p for k, p in moves if k == "in" and ("dev", p[1]) not in reads]
-        if not ready_out and not ready_in:
-            raise RuntimeError("cyclic swap plan")
-        if ready_out:
-            batches.append(("out", ready_out))
-        if ready_in:
-            batches.append(("in", ready_in))
-        done = {("out", p) for p in ready_out} | {("in", p) for p in ready_in}
-        moves = [m for m in moves if m not in done]
-    return batches
-
-
 class LLMEngine:
     """Scheduler + ModelRunner + detokenization + call triggers. Not thread-safe."""
 
@@ -142,49 +99,30 @@ class LLMEngine:
         runner: ModelRunner,
         config: SchedulerConfig | None = None,
         tokenizer: Tokenizer | None = None,
-        cost: CostModel | None = None,
+        latency: LatencyModel | None = None,
         predictor: Predictor | None = None,
-        tool_parser: ToolCallParser | None = None,
         clock: Callable[[], float] = time.monotonic,
-        call_time_scale: float = 1.0,
+        max_model_len: int | None = None,
     ) -> None:
-        cfg = (config or SchedulerConfig()).with_(
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.config = (config or SchedulerConfig()).with_(
             block_size=runner.block_size,
             num_device_blocks=runner.num_device_blocks,
             num_host_blocks=runner.num_host_blocks,
         )
-        self.runner = runner
-        self.tokenizer = tokenizer
-        self.config = cfg
-        self.cost = cost or default_cost(runner, cfg)
-        self.scheduler = Scheduler(cfg, self.cost, predictor or make_predictor(cfg.predictor))
-        self.tool_parser = tool_parser
+        self.latency = latency or default_latency(runner, self.config)
+        self.predictor = predictor or make_predictor(self.config.predictor)
+        self.scheduler = Scheduler(self.config, self.latency, self.predictor)
         self.clock = clock
-        self.call_time_scale = call_time_scale
-        self.stream = True  # report unfinished requests' outputs every step (False: only finals)
         self.eos_token_ids = frozenset(runner.eos_token_ids)
-        self.max_model_len = runner.max_model_len
-        self._states: dict[str, _SeqState] = {}
-        self._early: list[Request] = []  # finished outside a step (rejected, aborted)
+        self.max_model_len = min(runner.max_model_len, max_model_len or runner.max_model_len)
+        self._states: dict[str, SeqState] = {}
+        self._early = EngineStep()  # finished outside a step (rejected, aborted, too long)
         base = tokenizer.encode(FILLER_TEXT, add_special_tokens=False) if tokenizer else []
         self.filler_ids = base or list(range(3, min(64, runner.vocab_size)))
 
     # --- requests ---------------------------------------------------------------------
-    def add_request(
-        self,
-        request_id: str,
-        prompt: str | Sequence[int],
-        params: SamplingParams | None = None,
-        segments: Sequence[Segment] | None = None,
-        now: float | None = None,
-    ) -> Request:
-        """Queue a request. With `segments` it is scripted: calls (and the end) follow the
-        plan and `params.max_tokens` is not applied; otherwise it runs until a stop."""
-        params = params or SamplingParams()
-        req = self.make_request(request_id, prompt, params, segments, now)
-        self.add(req, params, now)
-        return req
-
     def make_request(
         self,
         request_id: str,
@@ -193,7 +131,8 @@ class LLMEngine:
         segments: Sequence[Segment] | None = None,
         now: float | None = None,
     ) -> Request:
-        """Tokenize and build a request without queueing it."""
+        """Tokenize and build a request without queueing it. With `segments` it is
+        scripted: calls (and the end) follow the plan and `max_tokens` is not applied."""
         text = prompt if isinstance(prompt, str) else None
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -203,6 +142,7 @@ class LLMEngine:
             ids = [int(t) for t in prompt]
         if not ids:
             raise ValueError(f"request {request_id!r}: empty prompt")
+        self._check_fits(request_id, len(ids))
         now = self.clock() if now is None else now
         return Request(
             request_id,
@@ -214,34 +154,59 @@ class LLMEngine:
             max_tokens=None if segments else params.max_tokens,
         )
 
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | Sequence[int],
+        params: SamplingParams | None = None,
+        segments: Sequence[Segment] | None = None,
+        now: float | None = None,
+        tools: ToolSession | None = None,
+        stream: bool = True,
+    ) -> Request:
+        """Build and queue a request (see `make_request` and `add`)."""
+        params = params or SamplingParams()
+        req = self.make_request(request_id, prompt, params, segments, now)
+        self.add(req, params, now, tools=tools, stream=stream)
+        return req
+
     def add(
         self,
         req: Request,
         params: SamplingParams,
         now: float | None = None,
         prediction: Prediction | None = None,
+        tools: ToolSession | None = None,
+        stream: bool = True,
     ) -> None:
-        """Queue a prebuilt request (`token_ids` = its prompt; `segments` make it scripted)."""
+        """Queue a prebuilt request (`token_ids` = its prompt; `segments` make it scripted).
+        `stream`: report an output after every step (else only when it finishes)."""
         if req.request_id in self._states:
             raise ValueError(f"request {req.request_id!r} already exists")
         if req.token_ids is None or len(req.token_ids) != req.num_tokens:
             raise ValueError(f"request {req.request_id!r}: token_ids must hold its context")
-        if req.num_tokens >= self.max_model_len:
+        self._check_fits(req.request_id, req.num_tokens)
+        tok = self.tokenizer
+        detok = IncrementalDetokenizer(tok, req.token_ids) if tok is not None else None
+        st = SeqState(req, params, detok, bool(req.segments), stream, tools)
+        self._states[req.request_id] = st
+        now = self.clock() if now is None else now
+        self._absorb(self.scheduler.add_request(req, now, prediction), self._early)
+
+    def _check_fits(self, request_id: str, num_tokens: int) -> None:
+        if num_tokens >= self.max_model_len:
             raise ValueError(
-                f"request {req.request_id!r}: prompt of {req.num_tokens} tokens does not fit "
+                f"request {request_id!r}: prompt of {num_tokens} tokens does not fit "
                 f"max_model_len {self.max_model_len}"
             )
-        ids = req.token_ids
-        detok = IncrementalDetokenizer(self.tokenizer, ids) if self.tokenizer else None
-        self._states[req.request_id] = _SeqState(params, detok, scripted=bool(req.segments))
-        self.scheduler.add_request(req, self.clock() if now is None else now, prediction)
-        self._collect_finished()
 
     def abort(self, request_id: str, now: float | None = None) -> bool:
+        """Abort a live request; False if it is unknown or already finished."""
+        if request_id not in self._states:
+            return False
         now = self.clock() if now is None else now
-        found = self.scheduler.abort(request_id, now)
-        self._collect_finished()
-        return found
+        self._absorb(self.scheduler.abort(request_id, now), self._early)
+        return True
 
     def resume(
         self,
@@ -249,24 +214,25 @@ class LLMEngine:
         result: Sequence[int] | str,
         now: float | None = None,
         prediction: Prediction | None = None,
+        error: bool = False,
     ) -> None:
-        """A call came back: append its tokens (or tokenized text); the request goes on."""
+        """A call came back: append its tokens (or tokenized text); the request goes on.
+        `error`: the result is an error message (the tool failed)."""
         now = self.clock() if now is None else now
         st = self._states.get(request_id)
         if st is None:  # aborted while in its call: the scheduler drops the late result
             with contextlib.suppress(KeyError):
-                self.scheduler.resume(request_id, [], now)
+                self.scheduler.resume(request_id, 0, now)
             return
-        ids = self.result_ids(result)
-        req = self.scheduler.paused[request_id]
-        ids = ids[: max(0, self.max_model_len - 1 - req.num_tokens)]
-        if st.detok is not None:
-            st.detok.add(ids)
-            st.text = st.detok.text
-        st.stop_from = st.segment_start = len(st.text)
-        st.call = None
-        self.scheduler.resume(request_id, ids, now, prediction)
-        self._collect_finished()
+        req = st.request
+        ids = self.result_ids(result)[: max(0, self.max_model_len - 1 - req.num_tokens)]
+        before = len(st.text)
+        st.add_returned(ids)
+        if st.call is not None:
+            start = req.calls[-1].start if req.calls else now
+            st.results.append(ToolResult(st.call, st.text[before:], error, start, now))
+            st.call = None
+        self._absorb(self.scheduler.resume(request_id, len(ids), now, ids, prediction), self._early)
 
     def result_ids(self, result: Sequence[int] | str) -> list[int]:
         if isinstance(result, str):
@@ -275,6 +241,7 @@ class LLMEngine:
             return self.tokenizer.encode(result, add_special_tokens=False)
         return [int(t) for t in result]
 
+    # --- queries ------------------------------------------------------------------------
     def has_unfinished(self) -> bool:
         return bool(self._states)
 
@@ -282,119 +249,112 @@ class LLMEngine:
         return self.scheduler.has_runnable()
 
     def num_in_calls(self) -> int:
-        return len(self.scheduler.paused)
+        return self.scheduler.num_in_calls()
+
+    def get_request(self, request_id: str) -> Request | None:
+        st = self._states.get(request_id)
+        return st.request if st is not None else None
+
+    def stats(self) -> SchedulerStats:
+        return self.scheduler.stats()
 
     # --- one iteration ------------------------------------------------------------------
     def step(self, now: float | None = None) -> EngineStep:
-        """One iteration. `now` (virtual time) is used for start and end when given."""
-        virtual = now
-        now = self.clock() if now is None else now
-        out = self.scheduler.schedule(now)
-        self._execute_swaps(out)
-        chunks = [
-            self._seq_chunk(c.request, c.num_tokens, c.start_pos, c.sample) for c in out.chunks
-        ]
-        tokens = self.runner.execute(chunks) if chunks else []
-        results: dict[str, StepResult] = {}
-        for c, tok in zip(out.chunks, tokens, strict=True):
-            if c.sample and tok is not None:
-                results[c.request.request_id] = self._decide(c.request, tok)
-        end = self.clock() if virtual is None else virtual
-        self.scheduler.update_from_output(out, results, end)
-        step = EngineStep(num_tokens=out.num_scheduled_tokens, scheduled=out)
-        for c in out.chunks:
-            res = results.get(c.request.request_id) if c.sample else None
-            if res is not None:
-                self._report(c.request, res, end, step)
-        step.finished.extend(self._early)
-        for req in self._early:
-            step.outputs.append(self._output(req))
-        self._early = []
-        return step
+        """One iteration on the engine's clock (`now`, if given, is its start and end)."""
+        out = self.schedule(self.clock() if now is None else now)
+        results = self.execute(out)
+        return self.commit(out, results, self.clock() if now is None else now)
 
-    def _execute_swaps(self, out: SchedulerOutput) -> None:
-        if not out.swap_out and not out.swap_in:
-            return
+    def schedule(self, now: float) -> SchedulerOutput:
+        return self.scheduler.schedule(now)
+
+    def execute(self, out: SchedulerOutput) -> Results:
+        """Swaps, the forward and sampling; the event of every sampled token."""
         for kind, pairs in order_swaps(out.swap_out, out.swap_in):
             (self.runner.swap_out if kind == "out" else self.runner.swap_in)(pairs)
+        if not out.chunks:
+            return {}
+        chunks = [
+            self._seq_chunk(c.request, c.num_tokens, c.start_pos, c.sample, c.block_table)
+            for c in out.chunks
+        ]
+        tokens = self.runner.execute(chunks)
+        results: Results = {}
+        for c, tok in zip(out.chunks, tokens, strict=True):
+            if c.sample and tok is not None:
+                results[c.request_id] = self._decide(self._states[c.request_id], tok)
+        return results
 
-    def _seq_chunk(self, req: Request, n: int, start: int, sample: bool) -> SeqChunk:
+    def commit(self, out: SchedulerOutput, results: Results, end: float) -> EngineStep:
+        """Report the iteration to the scheduler; outputs, finishes and calls from its update."""
+        upd = self.scheduler.update_from_output(out, results, end)
+        step, self._early = self._early, EngineStep()
+        step.num_tokens, step.scheduled, step.update = out.num_scheduled_tokens, out, upd
+        self._absorb(upd, step)
+        for rid in results:
+            st = self._states.get(rid)
+            if st is not None and st.stream:
+                step.outputs.append(st.output())
+        return step
+
+    def _absorb(self, upd: SchedulerUpdate, step: EngineStep) -> None:
+        """Act on a scheduler update: finished requests report and leave; calls start."""
+        for f in upd.finished:
+            st = self._states.pop(f.request.request_id, None)
+            if st is not None:
+                step.finished.append(f.request)
+                step.outputs.append(st.output())
+        for call in upd.calls_started:
+            st = self._states[call.request.request_id]
+            step.calls.append(self._pending_call(st, call.request.calls[-1].start))
+
+    def _pending_call(self, st: SeqState, now: float) -> PendingCall:
+        req = st.request
+        if st.scripted:
+            seg = req.segments[req.segment_index]
+            return PendingCall(req.request_id, now, scripted=scripted_call(seg, self.filler_ids))
+        executor = st.tools.executor if st.tools is not None else None
+        return PendingCall(req.request_id, now, parsed=st.call, executor=executor)
+
+    def _seq_chunk(
+        self, req: Request, n: int, start: int, sample: bool, blocks: list[int]
+    ) -> SeqChunk:
         assert req.token_ids is not None
         st = self._states[req.request_id]
         return SeqChunk(
-            req.request_id,
-            req.token_ids[start : start + n],
-            start,
-            req.block_ids,
-            sample,
-            st.params,
+            req.request_id, req.token_ids[start : start + n], start, blocks, sample, st.params
         )
 
-    def _decide(self, req: Request, tok: int) -> StepResult:
-        st = self._states[req.request_id]
-        p = st.params
+    def _decide(self, st: SeqState, tok: int) -> StepResult:
+        """The event a sampled token causes (the scheduler applies it)."""
+        req, p = st.request, st.params
         if tok in p.stop_token_ids or (not p.ignore_eos and tok in self.eos_token_ids):
+            st.add_generated(tok, decode=False)  # a stop token is not part of the text
             return StepResult(tok, StepEvent.FINISH, FinishReason.STOP)
-        if st.detok is not None:
-            old = len(st.text)
-            st.detok.add([tok])
-            st.text = st.detok.text
-            if p.stop and len(st.text) > old:
-                longest = max(len(s) for s in p.stop)
-                idx = check_stop(st.text, p.stop, max(st.stop_from, old - longest + 1))
-                if idx is not None:
-                    st.text = st.text[:idx]
-                    return StepResult(tok, StepEvent.FINISH, FinishReason.STOP)
+        old = len(st.text)
+        st.add_generated(tok)
+        if p.stop and len(st.text) > old:
+            longest = max(len(s) for s in p.stop)
+            idx = check_stop(st.text, p.stop, max(st.segment_start, old - longest + 1))
+            if idx is not None:
+                st.cut_text(idx)
+                return StepResult(tok, StepEvent.FINISH, FinishReason.STOP)
         if req.num_tokens + 1 >= self.max_model_len:
             return StepResult(tok, StepEvent.FINISH, FinishReason.LENGTH)
         if st.scripted:
             return StepResult(tok, scripted_event(req), FinishReason.STOP)
-        if self.tool_parser is not None:
-            st.call = self.tool_parser.parse(st.text, st.segment_start)
-            if st.call is not None:
-                return StepResult(tok, StepEvent.CALL)
+        if st.tools is not None:
+            return self._tool_event(st, tok)
         return StepResult(tok)
 
-    def _report(self, req: Request, res: StepResult, now: float, step: EngineStep) -> None:
-        if req.is_finished:
-            self._collect_finished()
-            return
-        if self.stream:
-            step.outputs.append(self._output(req))
-        if res.event is StepEvent.CALL and req.request_id in self.scheduler.paused:
-            st = self._states[req.request_id]
-            if st.scripted:
-                seg = req.segments[req.segment_index]
-                call = scripted_call(seg, self.filler_ids, self.call_time_scale)
-                step.calls.append(PendingCall(req.request_id, now, scripted=call))
-            else:
-                step.calls.append(PendingCall(req.request_id, now, parsed=st.call))
-
-    def _collect_finished(self) -> None:
-        for req in self.scheduler.finished:
-            if req.request_id in self._states:
-                self._early.append(req)
-        self.scheduler.finished.clear()
-
-    def _output(self, req: Request) -> RequestOutput:
-        st = self._states[req.request_id]
-        assert req.token_ids is not None
-        ids = req.token_ids[req.prompt_len :]
-        out = RequestOutput(
-            req.request_id,
-            req.prompt_text,
-            req.token_ids[: req.prompt_len],
-            ids,
-            st.text,
-            new_token_ids=ids[st.sent_tokens :],
-            delta_text=st.text[st.sent_text :],
-            finished=req.is_finished,
-            finish_reason=req.finish_reason.value if req.finish_reason else None,
-            num_generated_tokens=req.num_generated_tokens,
-            num_calls=len(req.calls),
-            request=req,
-        )
-        st.sent_tokens, st.sent_text = len(ids), len(st.text)
-        if req.is_finished:
-            del self._states[req.request_id]
-        return out
+    def _tool_event(self, st: SeqState, tok: int) -> StepResult:
+        assert st.tools is not None
+        call = st.tools.parser.parse(st.text, st.segment_start)
+        if call is None:
+            return StepResult(tok)
+        if st.tools.runs_on_server(call.name):
+            st.call = call
+            args_len = len(json.dumps(call.arguments))
+            return StepResult(tok, StepEvent.CALL, tool=call.name, args_len=args_len)
+        st.client_calls = [call]
+        return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)

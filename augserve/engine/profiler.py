@@ -3,7 +3,7 @@
 Iteration times are measured over a grid of batch shapes (prefill chunks at
 several context offsets, decode batches at several context lengths, and mixes
 of both), each the median of a few runs of `ModelRunner.execute`. The linear
-model of `augserve.core.cost.LatencyProfile`
+model of `augserve.core.latency.LatencyProfile`
 
     t = c0 + c_prefill * prefill_tokens + c_attn * prefill_attn
           + c_decode * decode_reqs + c_ctx * decode_context
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from augserve.core.cost import BatchShape, LatencyProfile
+from augserve.core.latency import BatchShape, LatencyProfile
 from augserve.engine.model_runner import ModelRunner, SeqChunk
 from augserve.engine.sampling_params import SamplingParams
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -14,9 +14,11 @@ class SamplingParams:
     reproducible: the random draw for a token depends only on (seed, position).
     `stop` strings are matched by the engine loop on detokenized text
     (see `check_stop`); `stop_token_ids` and EOS (unless `ignore_eos`) end the
-    request when sampled.
+    request when sampled. `n` samples per prompt (the offline `LLM` fans them
+    out as `n` requests; sample i draws with `seed + i` when a seed is set).
     """
 
+    n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
@@ -27,6 +29,8 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"n must be an int >= 1, got {self.n}")
         if not self.temperature >= 0.0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
@@ -46,6 +50,11 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids must be non-negative ints, got {self.stop_token_ids}")
+
+    def sample(self, i: int) -> SamplingParams:
+        """The params of sample `i` of `n`: one sample, its own seed."""
+        seed = None if self.seed is None else self.seed + i
+        return replace(self, n=1, seed=seed)
 
     @property
     def greedy(self) -> bool:

@@ -5,13 +5,16 @@ plan (`Request.segments`); the call starts after the segment's planned number
 of generated tokens, lasts the trace's `call_time` seconds and returns
 `return_len` deterministic filler tokens.
 
-Model-driven mode is a hook for the server: a `ToolCallParser` looks at the
-text generated so far and says whether the model just emitted a call; a
-`ToolExecutor` runs it (async) and returns token ids or text.
+Model-driven mode, per request, through a `ToolSession`: its
+`ToolCallParser` looks at the text generated so far and says whether the
+model just emitted a call; a call to a tool the server holds pauses the
+request and its `ToolExecutor` runs it (async) and returns token ids or text;
+a call to any other tool ends the request with finish reason "tool_calls"
+(the client runs it, as OpenAI's API does).
 
 Calls never run on the engine loop: the engine reports a `PendingCall`, and the
-driver (the sync `LLM` loop or `AsyncLLMEngine`) waits for it off the loop and
-hands the result back with `resume`.
+driver (`AsyncLLMEngine`, or the trace drivers for scripted calls) waits for it
+off the loop and hands the result back with `resume`.
 """
 
 from __future__ import annotations
@@ -58,6 +61,25 @@ class ToolExecutor(Protocol):
 
 
 @dataclass(frozen=True)
+class ToolSession:
+    """How one request's tool calls are found and run.
+
+    `server_tools`: the names the executor runs (None: every name); a parsed
+    call to any other name ends the request with finish reason "tool_calls".
+    Without an executor, every call goes back to the client.
+    """
+
+    parser: ToolCallParser
+    executor: ToolExecutor | None = None
+    server_tools: frozenset[str] | None = None
+
+    def runs_on_server(self, name: str) -> bool:
+        if self.executor is None:
+            return False
+        return self.server_tools is None or name in self.server_tools
+
+
+@dataclass(frozen=True)
 class ScriptedCall:
     """A trace's call: lasts `duration` seconds, returns `token_ids`."""
 
@@ -73,6 +95,7 @@ class PendingCall:
     start: float
     scripted: ScriptedCall | None = None
     parsed: ParsedCall | None = None
+    executor: ToolExecutor | None = None  # the request's session's, for a parsed call
 
 
 def filler_tokens(base: Sequence[int], n: int) -> list[int]:
@@ -106,16 +129,20 @@ def scripted_event(req: Request) -> StepEvent:
     return StepEvent.CALL if seg.has_call else StepEvent.FINISH
 
 
-def scripted_call(seg: Segment, base: Sequence[int], time_scale: float = 1.0) -> ScriptedCall:
-    duration = (seg.call_time or 0.0) * time_scale
-    return ScriptedCall(duration, tuple(filler_tokens(base, seg.return_len)))
+def scripted_call(seg: Segment, base: Sequence[int]) -> ScriptedCall:
+    """The trace's call: its duration (seconds of trace time) and filler result tokens."""
+    return ScriptedCall(seg.call_time or 0.0, tuple(filler_tokens(base, seg.return_len)))
 
 
-async def run_call(call: PendingCall, executor: ToolExecutor | None) -> list[int] | str:
-    """Wait for one call (async): a scripted call sleeps, a parsed call runs the executor."""
+async def run_call(
+    call: PendingCall, executor: ToolExecutor | None, time_scale: float = 1.0
+) -> list[int] | str:
+    """Wait for one call (async): a scripted call sleeps its duration times `time_scale`,
+    a parsed call runs the request's executor (else `executor`)."""
     if call.scripted is not None:
-        await asyncio.sleep(call.scripted.duration)
+        await asyncio.sleep(call.scripted.duration * time_scale)
         return list(call.scripted.token_ids)
+    executor = call.executor or executor
     if call.parsed is None:
         raise ValueError(f"call of {call.request_id}: neither scripted nor parsed")
     if executor is None:
@@ -126,11 +153,13 @@ async def run_call(call: PendingCall, executor: ToolExecutor | None) -> list[int
 
 
 class CallTimers:
-    """Scripted calls for a synchronous loop: a heap of (return time, call)."""
+    """Scripted calls for a synchronous loop: a heap of (return time, call). A call
+    returns `duration * time_scale` after it started (clock seconds)."""
 
-    def __init__(self) -> None:
+    def __init__(self, time_scale: float = 1.0) -> None:
         self._heap: list[tuple[float, int, PendingCall]] = []
         self._seq = itertools.count()
+        self.time_scale = time_scale
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -141,7 +170,8 @@ class CallTimers:
                 f"call of {call.request_id}: the synchronous loop runs scripted calls only; "
                 "use AsyncLLMEngine for tool executors"
             )
-        heapq.heappush(self._heap, (call.start + call.scripted.duration, next(self._seq), call))
+        end = call.start + call.scripted.duration * self.time_scale
+        heapq.heappush(self._heap, (end, next(self._seq), call))
 
     def next_time(self) -> float | None:
         return self._heap[0][0] if self._heap else None

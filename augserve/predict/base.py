@@ -20,6 +20,7 @@ class OraclePredictor:
     """True values from the trace (the request's segment plan)."""
 
     name = "oracle"
+    expensive = False
 
     def predict(self, requests: Sequence[Request]) -> list[Prediction]:
         return [self.predict_one(r) for r in requests]
@@ -35,6 +36,8 @@ class OraclePredictor:
 
 class NoisyOraclePredictor:
     """Oracle values times (1 + eps), eps drawn from {-p, +p} (paper section 6.3)."""
+
+    expensive = False
 
     def __init__(self, p: float, seed: int = 0) -> None:
         if not 0.0 <= p < 1.0:

@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from augserve.core.cost import BatchShape, LatencyProfile
+from augserve.core.latency import BatchShape, LatencyProfile
 
 GiB = 1024**3
 FP16_BYTES = 2

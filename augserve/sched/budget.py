@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 
-def dynamic_budget(
+def dynamic_token_budget(
     free_blocks: int,
     reclaimable_blocks: int,
     block_size: int,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from augserve.core.request import RequestStatus
+from collections.abc import Iterable
+
+from augserve.core.request import Request, RequestStatus
 from augserve.sched.output import SchedulerOutput
 from augserve.sched.scheduler import Scheduler
 
@@ -16,33 +18,32 @@ def _check(cond: bool, msg: str) -> None:
         raise InvariantError(msg)
 
 
-def check_invariants(sched: Scheduler, out: SchedulerOutput | None = None) -> None:
+def check_invariants(
+    sched: Scheduler, out: SchedulerOutput | None = None, finished: Iterable[Request] = ()
+) -> None:
     """Blocks owned once, one state per request, budget kept, nothing lost."""
     pool = sched.pool
-    live = list(sched.runnable.values()) + list(sched.paused.values())
+    live = sched.live_requests()
     ids = [r.request_id for r in live]
     _check(len(ids) == len(set(ids)), "a request is in two queues")
     device: list[int] = [b for r in live for b in r.block_ids]
     host: list[int] = [b for r in live for b in r.host_block_ids]
-    free_device = pool.device.free_ids()
-    free_host = pool.host.free_ids()
     _check(
-        sorted(device + free_device) == list(range(pool.num_device_blocks)),
+        sorted(device + pool.device.free_ids()) == list(range(pool.num_device_blocks)),
         "device blocks are not each owned once or free",
     )
     _check(
-        sorted(host + free_host) == list(range(pool.num_host_blocks)),
+        sorted(host + pool.host.free_ids()) == list(range(pool.num_host_blocks)),
         "host blocks are not each owned once or free",
     )
-    for r in sched.runnable.values():
-        _check(
-            not r.status.is_paused and not r.is_finished, f"{r.request_id}: runnable in {r.status}"
-        )
-        _check(r.num_uncomputed_tokens >= 1, f"{r.request_id}: runnable with nothing to compute")
-    for r in sched.paused.values():
-        _check(r.status.is_paused, f"{r.request_id}: paused in {r.status}")
-        _check(r.in_call, f"{r.request_id}: paused without an open call")
     for r in live:
+        _check(not r.is_finished, f"{r.request_id}: live in {r.status}")
+        paused = sched.is_paused(r.request_id)
+        _check(paused == r.status.is_paused, f"{r.request_id}: {r.status}, paused={paused}")
+        if paused:
+            _check(r.in_call, f"{r.request_id}: paused without an open call")
+        else:
+            _check(r.num_uncomputed_tokens >= 1, f"{r.request_id}: runnable, nothing to compute")
         held = len(r.block_ids) + len(r.host_block_ids)
         _check(
             held == pool.blocks_for(r.num_computed_tokens),
@@ -54,10 +55,15 @@ def check_invariants(sched: Scheduler, out: SchedulerOutput | None = None) -> No
             or not r.host_block_ids,
             f"{r.request_id}: host blocks in {r.status}",
         )
-    for r in sched.reclaimable.values():
-        _check(r.request_id in sched.paused, f"{r.request_id}: reclaimable but not paused")
-    for r in sched.finished:
+    for rid in sched.memory.reclaimable:
+        _check(sched.is_paused(rid), f"{rid}: reclaimable but not paused")
+    for r in finished:
         _check(not r.block_ids and not r.host_block_ids, f"{r.request_id}: finished with blocks")
     if out is not None:
         _check(out.num_scheduled_tokens <= out.token_budget, "scheduled tokens exceed the budget")
         _check(len(out.chunks) <= sched.config.max_num_seqs, "batch exceeds max_num_seqs")
+        for c in out.chunks:
+            _check(
+                len(c.block_table) * pool.block_size >= c.start_pos + c.num_tokens,
+                f"{c.request_id}: block table too short for its chunk",
+            )

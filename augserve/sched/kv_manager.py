@@ -3,8 +3,9 @@
 A request's context lives in `block_ids` (a device prefix) followed by
 `host_block_ids` (a host suffix). Swap-out moves whole blocks from the back of
 the device part to the front of the host part; swap-in moves them back in
-order. Every move is recorded in the iteration's `SchedulerOutput` so the
-executor can copy the tensors.
+order. Every move made while `schedule()` runs is recorded in the iteration's
+`SchedulerOutput` so the executor can copy the tensors; a discard outside it
+(vLLM's at a call start) is reported in the `SchedulerUpdate` instead.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ class KVManager:
     def __init__(self, pool: BlockPool, swap_budget_blocks: int) -> None:
         self.pool = pool
         self.swap_budget_blocks = swap_budget_blocks
-        self._out = SchedulerOutput(now=0.0)
+        self._out: SchedulerOutput | None = None
         self._swap_out_left = swap_budget_blocks
         self._swap_in_left = swap_budget_blocks
 
@@ -27,6 +28,10 @@ class KVManager:
         self._out = out
         self._swap_out_left = self.swap_budget_blocks
         self._swap_in_left = self.swap_budget_blocks
+
+    def end(self) -> None:
+        """The iteration's decision is made: later moves are not part of it."""
+        self._out = None
 
     # --- sizes -------------------------------------------------------------------
     def blocks_needed(self, req: Request, num_new_tokens: int) -> int:
@@ -60,7 +65,8 @@ class KVManager:
         freed = len(req.block_ids)
         self.free_all(req)
         req.num_computed_tokens = 0
-        self._out.discarded.append(req.request_id)
+        if self._out is not None:
+            self._out.discarded.append(req.request_id)
         return freed
 
     def swap_out(self, req: Request, max_blocks: int) -> int:
@@ -71,6 +77,7 @@ class KVManager:
         host = self.pool.host.allocate(n)
         device = req.block_ids[-n:]
         del req.block_ids[-n:]
+        assert self._out is not None, "swaps happen only inside schedule()"
         self._out.swap_out.extend(zip(device, host, strict=True))
         req.host_block_ids[:0] = host
         self.pool.device.free(device)
@@ -84,6 +91,7 @@ class KVManager:
             device = self.pool.device.allocate(n)
             host = req.host_block_ids[:n]
             del req.host_block_ids[:n]
+            assert self._out is not None, "swaps happen only inside schedule()"
             self._out.swap_in.extend(zip(host, device, strict=True))
             req.block_ids.extend(device)
             self.pool.host.free(host)

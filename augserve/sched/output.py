@@ -1,12 +1,22 @@
-"""What the scheduler tells an executor each iteration, and what it hears back."""
+"""What the scheduler tells an executor, and what it hears back (DESIGN.md contract).
+
+    out = sched.schedule(now)                          # SchedulerOutput: chunks with their
+                                                       # block tables, swaps, discards
+    upd = sched.update_from_output(out, results, now)  # SchedulerUpdate: finished, calls
+                                                       # started, KV freed or discarded
+    upd = sched.resume(request_id, num_returned, now)  # resumed (or finished)
+
+Executors learn everything from these objects and never read the scheduler's
+queues.
+"""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 
-from augserve.core.cost import BatchShape
-from augserve.core.request import FinishReason, Request
+from augserve.core.latency import BatchShape
+from augserve.core.request import ContextPolicy, FinishReason, Request
 
 
 @dataclass(slots=True)
@@ -15,13 +25,20 @@ class ScheduledChunk:
 
     A chunk that reaches the end of the context samples one new token
     (`sample`); otherwise it is a piece of a prefill, a recompute or the
-    prefill of a call's returned tokens.
+    prefill of a call's returned tokens. `block_table` lists the device blocks
+    holding positions [0, start_pos + num_tokens), in order; it is valid until
+    the next `schedule()`.
     """
 
     request: Request
     num_tokens: int
     start_pos: int
     sample: bool
+    block_table: list[int]
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
 
     @property
     def is_decode(self) -> bool:
@@ -30,6 +47,8 @@ class ScheduledChunk:
 
 @dataclass(slots=True)
 class SchedulerOutput:
+    """One iteration's decision: do the swaps first, then compute the chunks."""
+
     now: float
     chunks: list[ScheduledChunk] = field(default_factory=list)
     swap_out: list[tuple[int, int]] = field(default_factory=list)  # device block -> host block
@@ -46,7 +65,7 @@ class SchedulerOutput:
         return not self.chunks and not self.swap_out and not self.swap_in
 
     def batch_shape(self, block_size: int) -> BatchShape:
-        """The work of this iteration, for a cost model."""
+        """The work of this iteration, for a latency model."""
         prefill = attn = decode = ctx = 0
         for c in self.chunks:
             if c.is_decode:
@@ -68,8 +87,63 @@ class StepEvent(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class StepResult:
-    """An executor's report for one sampling chunk."""
+    """An executor's report for one sampling chunk. A CALL may name its tool and the
+    size of its arguments (predictor features)."""
 
     token_id: int | None = None
     event: StepEvent = StepEvent.NONE
     finish_reason: FinishReason = FinishReason.STOP
+    tool: str | None = None
+    args_len: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRequest:
+    request: Request
+    reason: FinishReason
+
+
+@dataclass(frozen=True, slots=True)
+class StartedCall:
+    """A request paused for its call; `policy` is the context policy planned for it
+    (Discard and Swap are applied lazily, when memory is needed)."""
+
+    request: Request
+    policy: ContextPolicy
+
+
+@dataclass(slots=True)
+class SchedulerUpdate:
+    """What changed in one reported event: the executor acts on exactly this."""
+
+    finished: list[FinishedRequest] = field(default_factory=list)
+    calls_started: list[StartedCall] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    kv_freed: list[str] = field(default_factory=list)  # all KV released (finished)
+    kv_discarded: list[str] = field(default_factory=list)  # dropped at a call, recompute later
+
+    def merge(self, other: SchedulerUpdate) -> None:
+        self.finished += other.finished
+        self.calls_started += other.calls_started
+        self.resumed += other.resumed
+        self.kv_freed += other.kv_freed
+        self.kv_discarded += other.kv_discarded
+
+    @property
+    def finished_ids(self) -> list[str]:
+        return [f.request.request_id for f in self.finished]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """A snapshot of the scheduler's state, for metrics."""
+
+    num_waiting: int  # no KV for its context yet (new, discarded, preempted)
+    num_running: int  # holds device KV and can compute
+    num_paused: dict[str, int]  # in a call, by context policy: "preserve", "swap", "discard"
+    num_swapped: int  # requests holding host blocks
+    device_blocks_used: int
+    device_blocks_total: int
+    host_blocks_used: int
+    host_blocks_total: int
+    token_budget: int  # the last iteration's token budget

@@ -3,13 +3,12 @@
 Requests are offered the batch in the policy's order. Each takes its tokens
 for this iteration (1 to decode, a chunk of its prefill / recompute / returned
 tokens otherwise) if they fit the remaining budget and its KV blocks can be
-had. Memory comes, in order, from free blocks, then from paused requests whose
-policy is Swap or Discard (lazy eviction, latest expected return first). A
-request that already holds KV and cannot grow may also displace preserved
-paused requests (swap, else discard) and preempt runnable requests it
-outranks that are not in this batch, lowest-ranked first (discard and
-recompute, as vLLM does). The scan goes on past a
-request that does not fit.
+had. Memory comes from the `MemoryManager`: free blocks, then paused requests
+whose policy is Swap or Discard (lazy eviction, latest expected return
+first). A request that already holds KV and cannot grow may also displace
+preserved paused requests (swap, else discard) and preempt runnable requests
+it outranks that are not in this batch, lowest-ranked first (discard and
+recompute, as vLLM does). The scan goes on past a request that does not fit.
 
 Requests that hold KV (running, resumable) are bounded by memory and fully
 sorted; those that hold none (waiting) can be many under overload, so they
@@ -28,28 +27,35 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from augserve.core.config import SchedulerConfig
 from augserve.core.request import Request
+from augserve.sched.memory import MemoryManager
 from augserve.sched.output import ScheduledChunk
-
-if TYPE_CHECKING:
-    from augserve.sched.scheduler import Scheduler
-
-
-def _expected_return(req: Request) -> float:
-    return req.calls[-1].start + (req.pred_call_time or 0.0)
-
+from augserve.sched.policies.base import RankingPolicy
 
 Keyed = tuple[tuple[Any, ...], Request]
 
 
-class _Packer:
-    def __init__(self, sched: Scheduler, candidates: Sequence[Request], now: float) -> None:
-        self.sched = sched
-        self.pool = sched.pool
+class Packer:
+    """One iteration's greedy packing (built fresh by each `schedule()`)."""
+
+    def __init__(
+        self,
+        memory: MemoryManager,
+        policy: RankingPolicy,
+        config: SchedulerConfig,
+        candidates: Sequence[Request],
+        now: float,
+    ) -> None:
+        self.memory = memory
+        self.kv = memory.kv
+        self.pool = memory.pool
+        self.policy = policy
+        self.config = config
         self.now = now
-        key = sched.policy.key
+        key = policy.key
         self.held: list[Keyed] = []  # requests holding KV, fully sorted
         self.no_kv: list[Request] = []  # requests holding none: ranked only if memory allows
         for r in candidates:
@@ -63,8 +69,8 @@ class _Packer:
         self.next_holder = 0
         self.last_key: tuple[Any, ...] | None = None
         self.scheduled: set[str] = set()
-        self.reclaim_exhausted = not sched.reclaimable
-        self.block_size = sched.config.block_size
+        self.reclaim_exhausted = not memory.has_reclaimable
+        self.block_size = config.block_size
 
     def next_request(self) -> Request | None:
         """The next request in policy order that could possibly be scheduled.
@@ -95,13 +101,13 @@ class _Packer:
         """Requests without KV in a heap, keyed when first needed (often never under
         overload: then memory is gone all iteration and thousands of keys are spared)."""
         if self._heap is None:
-            key, now = self.sched.policy.key, self.now
+            key, now = self.policy.key, self.now
             self._heap = [(key(r, now), r) for r in self.no_kv]
             heapq.heapify(self._heap)  # keys are unique: they end with the request id
         return self._heap
 
     def run(self, budget: int) -> list[ScheduledChunk]:
-        cfg = self.sched.config
+        cfg = self.config
         chunks: list[ScheduledChunk] = []
         left = budget
         while left > 0 and len(chunks) < cfg.max_num_seqs:
@@ -125,8 +131,8 @@ class _Packer:
             and not req.host_block_ids
             and computed < len(req.block_ids) * self.block_size
         ):  # decode into a block it already holds: the common case, kept cheap
-            return ScheduledChunk(req, 1, computed, True)
-        sched, kv, pool = self.sched, self.sched.kv, self.sched.pool
+            return ScheduledChunk(req, 1, computed, True, req.block_ids)
+        kv, pool = self.kv, self.pool
         if (
             not (req.block_ids or req.host_block_ids)
             and not pool.device.num_free
@@ -149,34 +155,21 @@ class _Packer:
                     return None
                 need = kv.blocks_needed(req, n)
         kv.allocate(req, need)
-        return sched.make_chunk(req, n)
+        start = req.num_computed_tokens
+        return ScheduledChunk(req, n, start, start + n == req.num_tokens, req.block_ids)
 
     def make_room(self, blocks: int, holder: Request | None) -> int:
         """Free `blocks` device blocks; a KV `holder` that must grow may take more."""
         urgent = holder is not None
         freed = 0
         if not self.reclaim_exhausted:
-            for victim in sorted(
-                self.sched.reclaimable.values(), key=_expected_return, reverse=True
-            ):
-                if freed >= blocks:
-                    return freed
-                freed += self.sched.evict(victim, blocks - freed, urgent)
+            freed = self.memory.reclaim(blocks, urgent)
             self.reclaim_exhausted = freed < blocks and not urgent
         if freed >= blocks or not urgent:
             return freed
-        freed += self._displace_preserved(blocks - freed)
+        freed += self.memory.displace_preserved(blocks - freed)
         if freed < blocks:
             freed += self._preempt_lower(blocks - freed, holder)
-        return freed
-
-    def _displace_preserved(self, blocks: int) -> int:
-        freed = 0
-        holders = [r for r in self.sched.paused.values() if r.block_ids]
-        for victim in sorted(holders, key=_expected_return, reverse=True):
-            if freed >= blocks:
-                break
-            freed += self.sched.evict(victim, blocks - freed, urgent=True)
         return freed
 
     def _preempt_lower(self, blocks: int, holder: Request | None) -> int:
@@ -190,7 +183,7 @@ class _Packer:
         if holder is None:
             return 0
         freed = 0
-        rank = self.sched.policy.preempt_key
+        rank = self.policy.preempt_key
         mine = rank(holder)
         for victim in reversed(self.holders):
             if freed >= blocks:
@@ -198,13 +191,17 @@ class _Packer:
             if victim.request_id in self.scheduled or rank(victim) <= mine:
                 continue
             if victim.block_ids or victim.host_block_ids:
-                freed += len(victim.block_ids)
-                self.sched.preempt(victim)
+                freed += self.memory.preempt(victim)
         return freed
 
 
 def pack_batch(
-    sched: Scheduler, candidates: Sequence[Request], budget: int, now: float
+    memory: MemoryManager,
+    policy: RankingPolicy,
+    config: SchedulerConfig,
+    candidates: Sequence[Request],
+    budget: int,
+    now: float,
 ) -> list[ScheduledChunk]:
     """The iteration's chunks, in the policy's order, within budget and memory."""
-    return _Packer(sched, candidates, now).run(budget)
+    return Packer(memory, policy, config, candidates, now).run(budget)

@@ -102,6 +102,7 @@ class PrecomputedPredictor:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.inner = inner
         self.name: str = inner.name
+        self.expensive = False  # a table lookup
         self.hits = 0
         self.misses = 0
         uniq: dict[Hashable, int] = {}

@@ -6,20 +6,22 @@ Events are arrivals, call returns and iteration ends. The loop:
    times arrivals before returns, then in insertion order);
 2. `out = sched.schedule(now)`;
 3. if the iteration does work, it lasts
-   `dt = compute + max(0, swap - compute)` where
-   `compute = profile.iteration_time(out.batch_shape(block_size))` and
-   `swap = profile.swap_time(swapped blocks * block_size)` (swap traffic
-   overlaps compute; only the excess stalls the iteration);
-   `sched.update_from_output(out, results, now + dt)`, where each sampling
-   chunk's result comes from the request's segment plan: the segment ends
-   after `max(1, output_len)` generated tokens, with `StepEvent.CALL` if the
-   segment has a call, else `StepEvent.FINISH`; a started call returns
-   `call_time` seconds later with `return_len` tokens (`sched.resume`);
+   `dt = profile.step_time(out.batch_shape(block_size))` (compute, plus the
+   swap traffic beyond it: the host link overlaps compute);
+   `upd = sched.update_from_output(out, results, now + dt)`, where each
+   sampling chunk's result comes from the request's segment plan: the segment
+   ends after `max(1, output_len)` generated tokens, with `StepEvent.CALL` if
+   the segment has a call, else `StepEvent.FINISH`; every call in
+   `upd.calls_started` returns `call_time` seconds later with `return_len`
+   tokens (`sched.resume`);
 4. if the iteration does nothing, the clock jumps to the next event.
 
-A learned predictor is wrapped in a `PrecomputedPredictor` at the start of
-`run` (`precompute.py`): every prediction the run will ask for is computed
-up front in large batches (same values, a fraction of the cost).
+The scheduler is built at the start of `run`, after a learned predictor is
+wrapped in a `PrecomputedPredictor` (`precompute.py`): every prediction the
+run will ask for is computed up front in large batches (same values, a
+fraction of the cost). An `observer` sees every iteration's
+`(end time, SchedulerOutput, SchedulerUpdate)`, as the engine's drivers
+report theirs (the equivalence test compares the two).
 
 Arrivals stop at `window`; serving stops at `window + drain`. Nothing here
 reads the wall clock except the measurement of `schedule()`'s own run time
@@ -30,16 +32,18 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from augserve.core.config import SchedulerConfig
-from augserve.core.cost import LatencyProfile
+from augserve.core.latency import LatencyProfile
 from augserve.core.prediction import Predictor
 from augserve.core.request import Request
-from augserve.sched.output import SchedulerOutput, StepEvent, StepResult
+from augserve.sched.output import SchedulerOutput, SchedulerUpdate, StepEvent, StepResult
 from augserve.sched.scheduler import Scheduler
 from augserve.sim.precompute import PrecomputedPredictor, should_precompute
+
+Observer = Callable[[float, SchedulerOutput, SchedulerUpdate], None]
 
 _ARRIVAL = 0
 _RETURN = 1
@@ -107,70 +111,71 @@ class Simulator:
         config: SchedulerConfig,
         predictor: Predictor | None = None,
         check: bool = False,
+        observer: Observer | None = None,
     ) -> None:
         self.profile = profile
         self.config = config
-        self.sched = Scheduler(config, profile, predictor)
+        self.predictor = predictor
+        self.sched: Scheduler | None = None  # built by `run`
         self.block_size = config.block_size
         self.check = check  # run the scheduler invariants after every iteration (tests)
+        self.observer = observer
         self.now = 0.0
         self.stats = SimStats()
         self._events: list[tuple[float, int, int, Request]] = []
         self._seq = 0
+        self._finished: list[Request] = []
 
     # --- events ------------------------------------------------------------------
     def _push(self, t: float, kind: int, req: Request) -> None:
         self._seq += 1
         heapq.heappush(self._events, (t, kind, self._seq, req))
 
-    def _deliver_due(self) -> None:
+    def _deliver_due(self, sched: Scheduler) -> None:
         events = self._events
         while events and events[0][0] <= self.now:
             t, kind, _, req = heapq.heappop(events)
             if kind == _ARRIVAL:
-                self.sched.add_request(req, t)
+                upd = sched.add_request(req, t)
             else:
                 seg = req.segments[req.segment_index]
-                self.sched.resume(req.request_id, seg.return_len, t)
+                upd = sched.resume(req.request_id, seg.return_len, t)
+            self._finished += [f.request for f in upd.finished]
 
     # --- one iteration -----------------------------------------------------------
     def iteration_time(self, out: SchedulerOutput) -> float:
         shape = out.batch_shape(self.block_size)
-        compute = self.profile.iteration_time(shape)
-        swap = self.profile.swap_time(shape.swap_tokens) if shape.swap_tokens else 0.0
-        stall = max(0.0, swap - compute)
-        self.stats.swap_stall_time += stall
-        return compute + stall
+        dt = self.profile.step_time(shape)
+        self.stats.swap_stall_time += dt - self.profile.iteration_time(shape)
+        return dt
 
-    def _step(self) -> bool:
+    def _step(self, sched: Scheduler) -> bool:
         """Schedule and run one iteration at `now`. False when there was nothing to do."""
         t0 = time.perf_counter()
-        out = self.sched.schedule(self.now)
+        out = sched.schedule(self.now)
         self.stats.sched_wall_s += time.perf_counter() - t0
         self.stats.sched_calls += 1
+        self.stats.discards += len(out.discarded)
         if out.is_empty:
-            self.stats.discards += len(out.discarded)
             self.stats.empty_schedules += 1
             return False
-        dt = self.iteration_time(out)
-        end = self.now + dt
-        results = step_results(out)
-        self.sched.update_from_output(out, results, end)
-        self.stats.discards += len(out.discarded)  # incl. vLLM's discards at call start
-        for rid, res in results.items():
-            if res.event is StepEvent.CALL:
-                req = self.sched.paused.get(rid)
-                if req is not None:  # not finished instead (length cap)
-                    self.stats.calls += 1
-                    seg = req.segments[req.segment_index]
-                    self._push(end + (seg.call_time or 0.0), _RETURN, req)
+        end = self.now + self.iteration_time(out)
+        upd = sched.update_from_output(out, step_results(out), end)
+        self.stats.discards += len(upd.kv_discarded)  # vLLM's discards at call start
+        for call in upd.calls_started:
+            self.stats.calls += 1
+            seg = call.request.current_segment
+            self._push(end + ((seg.call_time if seg else None) or 0.0), _RETURN, call.request)
+        self._finished += [f.request for f in upd.finished]
         self.stats.iterations += 1
-        self.stats.busy_time += dt
+        self.stats.busy_time += end - self.now
         self.stats.swapped_blocks += len(out.swap_out) + len(out.swap_in)
+        if self.observer is not None:
+            self.observer(end, out, upd)
         if self.check:
             from augserve.sched.invariants import check_invariants
 
-            check_invariants(self.sched, out)
+            check_invariants(sched, out, self._finished)
         self.now = end
         return True
 
@@ -183,18 +188,19 @@ class Simulator:
             raise ValueError(f"drain must be >= 0, got {drain}")
         reqs = sorted(requests, key=lambda r: r.arrival_time)
         offered = [r for r in reqs if r.arrival_time < window]
-        if should_precompute(self.sched.predictor):
-            assert self.sched.predictor is not None
-            self.sched.predictor = PrecomputedPredictor(self.sched.predictor, offered)
+        predictor = self.predictor
+        if predictor is not None and should_precompute(predictor):
+            predictor = PrecomputedPredictor(predictor, offered)
+        sched = self.sched = Scheduler(self.config, self.profile, predictor)
         for req in offered:
             self._push(req.arrival_time, _ARRIVAL, req)
         stop = window + drain
         while self.now < stop:
-            self._deliver_due()
-            if self.sched.runnable and self._step():
+            self._deliver_due(sched)
+            if sched.has_runnable() and self._step(sched):
                 continue  # the clock moved to the iteration's end
             if not self._events:
-                self.stats.stalled = bool(self.sched.runnable)
+                self.stats.stalled = sched.has_runnable()
                 break
             self.now = min(stop, max(self.now, self._events[0][0]))
         self.stats.end_time = self.now
@@ -222,6 +228,7 @@ def simulate(
     drain: float = 0.0,
     predictor: Predictor | None = None,
     check: bool = False,
+    observer: Observer | None = None,
 ) -> SimResult:
     """One run: `Simulator(profile, config, predictor).run(requests, window, drain)`."""
-    return Simulator(profile, config, predictor, check).run(requests, window, drain)
+    return Simulator(profile, config, predictor, check, observer).run(requests, window, drain)

@@ -116,6 +116,6 @@ def test_leaving_the_stream_aborts(model_dir: Path) -> None:
         await aengine.shutdown()
 
     asyncio.run(main())
-    sched = llm.engine.scheduler
-    assert not llm.engine.has_unfinished() and not sched.paused
-    assert sched.pool.num_free_device == sched.pool.num_device_blocks
+    stats = llm.engine.stats()
+    assert not llm.engine.has_unfinished() and not llm.engine.num_in_calls()
+    assert stats.device_blocks_used == 0 and sum(stats.num_paused.values()) == 0

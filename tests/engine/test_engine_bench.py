@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from augserve.bench.engine_backend import run_point
+from augserve.bench.engine_backend import run_point, trace_arrivals
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import Request, Segment
-from augserve.engine.bench_backend import run_requests
-from augserve.engine.engine import LLMEngine, default_cost
+from augserve.engine.builder import default_latency
+from augserve.engine.driver import RealClock, TraceDriver
+from augserve.engine.engine import LLMEngine
 from augserve.engine.make_model import make_model
 from augserve.engine.model_runner import ModelRunner
 from augserve.engine.tokenizer import Tokenizer
@@ -27,9 +28,8 @@ def test_run_requests_replays_the_plan(model_dir: Path) -> None:
     runner = ModelRunner.from_dir(
         model_dir, "fp32", block_size=8, num_device_blocks=48, num_host_blocks=16
     )
-    engine = LLMEngine(
-        runner, SchedulerConfig(policy="augserve", max_batch_tokens=64), Tokenizer(model_dir)
-    )
+    cfg = SchedulerConfig(policy="augserve", max_batch_tokens=64)
+    engine = LLMEngine(runner, cfg, Tokenizer(model_dir), default_latency(runner, cfg))
     plans = [
         [Segment(4, call_time=0.4, return_len=6), Segment(5)],
         [Segment(7)],
@@ -41,7 +41,10 @@ def test_run_requests_replays_the_plan(model_dir: Path) -> None:
         [Segment(6, call_time=1.0, return_len=2), Segment(4)],
     ]
     reqs = [Request(f"r{i}", 0.1 * i, 10 + 5 * i, segments=p) for i, p in enumerate(plans)]
-    done, stats = run_requests(engine, reqs, until=30.0, time_scale=0.1)
+    arrivals, clipped = trace_arrivals(engine, reqs)
+    stats = TraceDriver(engine, RealClock(time_scale=0.1)).run(arrivals, until=30.0)
+    done = reqs
+    assert clipped == 0 and not stats.stalled
     assert all(r.is_finished and r.finish_reason.value == "stop" for r in done)
     for r, p in zip(done, plans, strict=True):
         assert r.num_generated_tokens == sum(s.output_len for s in p)
@@ -53,8 +56,7 @@ def test_run_requests_replays_the_plan(model_dir: Path) -> None:
         )
         assert r.first_token_time is not None and r.finish_time is not None
     assert stats.calls == 4 and stats.iterations > 0
-    pool = engine.scheduler.pool
-    assert pool.num_free_device == pool.num_device_blocks
+    assert engine.stats().device_blocks_used == 0 and engine.stats().host_blocks_used == 0
 
 
 def test_run_point(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,7 +65,7 @@ def test_run_point(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     runner = ModelRunner.from_dir(
         model_dir, "fp32", block_size=16, num_device_blocks=64, num_host_blocks=32
     )
-    prof = replace(default_cost(runner, SchedulerConfig(max_batch_tokens=128)), name="tiny")
+    prof = replace(default_latency(runner, SchedulerConfig(max_batch_tokens=128)), name="tiny")
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(prof.to_dict()))
     monkeypatch.setenv("AUGSERVE_ENGINE_MODEL", str(model_dir))
@@ -93,7 +95,7 @@ def test_bench_cli_engine_backend(
     for var in ("MODEL", "DTYPE", "TIME_SCALE"):  # restored after the test
         monkeypatch.setenv(f"AUGSERVE_ENGINE_{var}", "unset")
     runner = ModelRunner.from_dir(model_dir, "fp32", block_size=16, num_device_blocks=64)
-    prof = replace(default_cost(runner, SchedulerConfig(max_batch_tokens=128)), name="tiny")
+    prof = replace(default_latency(runner, SchedulerConfig(max_batch_tokens=128)), name="tiny")
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(prof.to_dict()))
     out = tmp_path / "out"

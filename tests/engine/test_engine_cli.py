@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from augserve.cli import main
-from augserve.core.cost import BatchShape
+from augserve.core.latency import BatchShape
 from augserve.profiles import load_profile
 
 

@@ -79,9 +79,8 @@ def test_drain_frees_everything_and_kv_is_allocated_once(engine: LLMEngine) -> N
         finished += tick(engine, now, returns)
         now += 0.01
     assert finished == started > 50
-    sched, pool = engine.scheduler, engine.scheduler.pool
-    assert pool.num_free_device == pool.num_device_blocks
-    assert pool.num_free_host == pool.num_host_blocks
-    assert not sched.runnable and not sched.paused and not sched.reclaimable
-    assert not sched.finished and not engine._states and not engine._early
+    stats = engine.stats()
+    assert stats.device_blocks_used == 0 and stats.host_blocks_used == 0
+    assert engine.scheduler.num_live == 0 and not engine.scheduler.memory.reclaimable
+    assert not engine.has_unfinished()
     assert any(bool(torch.count_nonzero(t)) for t in engine.runner.kv.k_host)  # swaps happened

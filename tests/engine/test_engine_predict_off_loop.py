@@ -73,10 +73,10 @@ def test_slow_predictor_never_blocks_the_loop(model_dir) -> None:
     engine_requests: dict[str, Request] = {}
     real_add = engine.add
 
-    def spy_add(req, params, now=None, prediction=None):  # type: ignore[no-untyped-def]
+    def spy_add(req, params, now=None, prediction=None, **kw):  # type: ignore[no-untyped-def]
         engine_requests[req.request_id] = req
         assert prediction is not None or req.request_id == "busy"
-        return real_add(req, params, now, prediction)
+        return real_add(req, params, now, prediction, **kw)
 
     engine.add = spy_add  # type: ignore[method-assign]
     made, tool = asyncio.run(main())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from augserve.core.cost import LatencyProfile
+from augserve.core.latency import LatencyProfile
 from augserve.core.request import Request
 from augserve.engine.make_model import make_model
 from augserve.engine.model_runner import ModelRunner
@@ -19,9 +19,9 @@ def test_shape_matches_the_scheduler_output() -> None:
     out = SchedulerOutput(
         0.0,
         [
-            ScheduledChunk(req, 64, 100, False),
-            ScheduledChunk(req, 1, 40, True),
-            ScheduledChunk(req, 1, 90, True),
+            ScheduledChunk(req, 64, 100, False, []),
+            ScheduledChunk(req, 1, 40, True, []),
+            ScheduledChunk(req, 1, 90, True, []),
         ],
     )
     assert shape_of([(64, 100)], [40, 90]) == out.batch_shape(16)

@@ -1,7 +1,7 @@
 import pytest
 from driver import easy_profile
 
-from augserve.core.cost import LatencyProfile
+from augserve.core.latency import LatencyProfile
 
 
 @pytest.fixture

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from augserve.core.cost import LatencyProfile
+from augserve.core.latency import LatencyProfile
 from augserve.core.request import Request
-from augserve.sched.output import SchedulerOutput, StepEvent, StepResult
+from augserve.sched.output import SchedulerOutput, SchedulerUpdate, StepEvent, StepResult
 from augserve.sched.scheduler import Scheduler
 
 
@@ -34,27 +34,32 @@ class Driver:
         self.sched = sched
         self.iter_time = iter_time
         self.now = 0.0
-        self.returns: dict[str, float] = {}  # request id -> return time
+        self.returns: dict[str, tuple[float, Request]] = {}  # id -> (return time, request)
         self.outputs: list[SchedulerOutput] = []
+        self.finished: list[Request] = []
+
+    def _note(self, upd: SchedulerUpdate) -> None:
+        self.finished += [f.request for f in upd.finished]
+        for call in upd.calls_started:
+            seg = call.request.segments[call.request.segment_index]
+            self.returns[call.request.request_id] = (
+                self.now + (seg.call_time or 0.0),
+                call.request,
+            )
 
     def add(self, req: Request) -> None:
-        self.sched.add_request(req, self.now)
+        self._note(self.sched.add_request(req, self.now))
 
     def step(self) -> SchedulerOutput:
-        for rid, t in sorted(self.returns.items(), key=lambda kv: kv[1]):
+        for rid, (t, req) in sorted(self.returns.items(), key=lambda kv: kv[1][0]):
             if t <= self.now:
-                req = self.sched.paused[rid]
                 seg = req.segments[req.segment_index]
                 del self.returns[rid]
-                self.sched.resume(rid, seg.return_len, self.now)
+                self._note(self.sched.resume(rid, seg.return_len, self.now))
         out = self.sched.schedule(self.now)
         self.outputs.append(out)
         self.now += self.iter_time
-        self.sched.update_from_output(out, step_results(out), self.now)
-        for rid, req in self.sched.paused.items():
-            if rid not in self.returns:
-                seg = req.segments[req.segment_index]
-                self.returns[rid] = self.now + (seg.call_time or 0.0)
+        self._note(self.sched.update_from_output(out, step_results(out), self.now))
         return out
 
     def run_until_idle(self, max_steps: int = 100_000) -> None:
@@ -62,8 +67,8 @@ class Driver:
             if not self.sched.num_live:
                 return
             out = self.step()
-            if out.is_empty and not self.sched.runnable and self.returns:
-                self.now = max(self.now, min(self.returns.values()))
+            if out.is_empty and not self.sched.has_runnable() and self.returns:
+                self.now = max(self.now, min(t for t, _ in self.returns.values()))
         raise AssertionError("scheduler did not drain")
 
 

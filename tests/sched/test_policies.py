@@ -6,8 +6,11 @@ from driver import Driver, easy_profile
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import ContextPolicy, Request, RequestStatus, Segment
 from augserve.predict.base import OraclePredictor
-from augserve.sched.policies import make_policy
 from augserve.sched.scheduler import Scheduler
+
+
+def _policy(name: str):
+    return _sched(name).policy
 
 
 def _sched(policy: str, **kw) -> Scheduler:
@@ -30,7 +33,7 @@ def test_vllm_discards_at_every_call_and_requeues_at_the_back():
 
 
 def test_vllm_returned_request_goes_behind_earlier_waiting_ones():
-    pol = make_policy(SchedulerConfig(policy="vllm"), easy_profile())
+    pol = _policy("vllm")
     old = Request("old", 0.0, 10)
     new = Request("new", 5.0, 10)
     old.queue_time = 9.0  # returned from its call at t = 9
@@ -38,7 +41,7 @@ def test_vllm_returned_request_goes_behind_earlier_waiting_ones():
 
 
 def test_infercept_keeps_original_arrival_order_after_a_return():
-    pol = make_policy(SchedulerConfig(policy="infercept"), easy_profile())
+    pol = _policy("infercept")
     old = Request("old", 0.0, 10)
     new = Request("new", 5.0, 10)
     new.status = RequestStatus.RUNNING
@@ -59,7 +62,7 @@ def test_infercept_picks_min_waste_policy_per_call():
 
 
 def test_ssjf_orders_by_predicted_remaining_output():
-    pol = make_policy(SchedulerConfig(policy="ssjf"), easy_profile())
+    pol = _policy("ssjf")
     reqs = []
     for i, (out, done) in enumerate([(100, 0), (30, 0), (100, 90), (50, 0)]):
         r = Request(f"r{i}", float(i), 10)
@@ -70,7 +73,7 @@ def test_ssjf_orders_by_predicted_remaining_output():
 
 
 def test_mars_keeps_fcfs_among_running_and_sorts_waiting_by_score():
-    pol = make_policy(SchedulerConfig(policy="mars"), easy_profile())
+    pol = _policy("mars")
     run_late = Request("run_late", 2.0, 10)
     run_early = Request("run_early", 1.0, 500)
     for r in (run_late, run_early):
@@ -80,7 +83,7 @@ def test_mars_keeps_fcfs_among_running_and_sorts_waiting_by_score():
     for r in (run_late, run_early, cheap, dear):
         r.pred_output_len = 10.0
         pol.on_arrival(r, 0.0)
-    assert cheap.priority < dear.priority
+    assert pol.score("cheap") < pol.score("dear")
     order = pol.order([cheap, run_late, dear, run_early], 0.0)
     assert [r.request_id for r in order] == ["run_early", "run_late", "cheap", "dear"]
 
@@ -96,7 +99,7 @@ def test_mars_unstarves_a_request_skipped_100_times():
     d.add(big)
     skipped = 0
     for i in range(400):
-        if len(sched.runnable) < 4:
+        if sched.num_live < 4:
             d.add(Request(f"c{i}", d.now, 8, [Segment(40)]))
         out = d.step()
         if big.first_scheduled_time is not None:

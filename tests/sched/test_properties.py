@@ -8,10 +8,11 @@ from driver import Driver, easy_profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from augserve.core.config import POLICY_NAMES, SchedulerConfig
+from augserve.core.config import SchedulerConfig
 from augserve.core.request import ContextPolicy, Request, Segment
 from augserve.predict.base import NoisyOraclePredictor, OraclePredictor
 from augserve.sched.invariants import check_invariants
+from augserve.sched.policies import POLICIES
 from augserve.sched.scheduler import Scheduler
 
 segments = st.lists(
@@ -35,7 +36,7 @@ ops = st.lists(
 )
 configs = st.fixed_dictionaries(
     {
-        "policy": st.sampled_from(POLICY_NAMES),
+        "policy": st.sampled_from(sorted(POLICIES)),
         "num_device_blocks": st.integers(20, 80),
         "num_host_blocks": st.sampled_from([0, 8, 64]),
         "max_batch_tokens": st.sampled_from([16, 64, 256]),
@@ -67,19 +68,19 @@ def test_scheduler_invariants_hold_and_everything_finishes(cfg, operations, nois
         elif op == "step":
             for _ in range(arg):
                 out = driver.step()
-                check_invariants(sched, out)
+                check_invariants(sched, out, driver.finished)
         elif arrived:
             rid = arrived[arg % len(arrived)]
-            sched.abort(rid, driver.now)
+            driver._note(sched.abort(rid, driver.now))
             driver.returns.pop(rid, None)
-            check_invariants(sched)
+            check_invariants(sched, finished=driver.finished)
     driver.run_until_idle()
-    check_invariants(sched)
-    finished = [r.request_id for r in sched.finished]
+    check_invariants(sched, finished=driver.finished)
+    finished = [r.request_id for r in driver.finished]
     assert sorted(finished) == sorted(arrived)  # every arrival finished exactly once
     assert sched.pool.num_free_device == config.num_device_blocks
     assert sched.pool.num_free_host == config.num_host_blocks
-    for req in sched.finished:
+    for req in driver.finished:
         assert req.finish_time is not None
         if req.finish_reason.value == "stop":
             # finished normally: generated what it planned, returned what the calls gave

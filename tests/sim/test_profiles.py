@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from augserve.core.cost import LatencyProfile
+from augserve.core.latency import LatencyProfile
 from augserve.profiles import derive, list_profiles, load_profile
 from augserve.profiles import load as sim_profiles
 

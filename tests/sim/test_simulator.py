@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from augserve.core.config import SchedulerConfig, scheduler_config_for
-from augserve.core.cost import LatencyProfile
+from augserve.core.latency import LatencyProfile
 from augserve.core.request import ContextPolicy, Request, RequestStatus, Segment
 from augserve.predict.base import make_predictor
 from augserve.sched.output import ScheduledChunk, SchedulerOutput
@@ -93,7 +93,7 @@ def test_vllm_recomputes_the_whole_context_after_a_call() -> None:
 def test_iteration_time_adds_only_the_swap_beyond_compute() -> None:
     sim = Simulator(EASY, _config("infercept"))
     req = Request("x", 0.0, 10)
-    out = SchedulerOutput(now=0.0, chunks=[ScheduledChunk(req, 10, 0, True)])
+    out = SchedulerOutput(now=0.0, chunks=[ScheduledChunk(req, 10, 0, True, [0])])
     assert sim.iteration_time(out) == pytest.approx(0.020)  # no swap
     out.swap_out = [(0, 0)]  # 16 tokens at 1000 tokens/s = 16 ms < 20 ms compute: hidden
     assert sim.iteration_time(out) == pytest.approx(0.020)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from augserve.core.config import scheduler_config_for
-from augserve.core.cost import LatencyProfile
+from augserve.core.latency import LatencyProfile
 from augserve.core.request import Request
 from augserve.predict.base import make_predictor
 from augserve.profiles import load_profile
@@ -95,7 +95,8 @@ def test_every_request_is_accounted_for(policy: str) -> None:
     sim = Simulator(prof, scheduler_config_for(prof, policy), make_predictor("oracle"))
     res = sim.run(_requests(6.0, 20.0, 5), window=20.0)
     assert res.unfinished and res.finished  # the window cuts the run short
-    live = set(sim.sched.runnable) | set(sim.sched.paused)
+    assert sim.sched is not None
+    live = {r.request_id for r in sim.sched.live_requests()}
     ids = [r.request_id for r in res.requests]
     split = res.finished + res.unfinished + res.not_arrived
     assert sorted(r.request_id for r in split) == sorted(ids)

@@ -1,11 +1,11 @@
-"""Ranking policies by name: `--policy` everywhere takes these names."""
+"""Ranking policies by name: the one registry; `--policy` everywhere takes these names."""
 
 from __future__ import annotations
 
 from augserve.core.config import SchedulerConfig
-from augserve.core.cost import CostModel
+from augserve.core.latency import LatencyModel
 from augserve.sched.policies.augserve import AugServePolicy
-from augserve.sched.policies.base import RankingPolicy
+from augserve.sched.policies.base import LoadView, RankingPolicy
 from augserve.sched.policies.fcfs import InferceptPolicy, VLLMPolicy
 from augserve.sched.policies.mars import MARSPolicy
 from augserve.sched.policies.ssjf import SSJFPolicy
@@ -19,14 +19,25 @@ POLICIES: dict[str, type[RankingPolicy]] = {
 }
 
 
-def make_policy(config: SchedulerConfig, cost: CostModel) -> RankingPolicy:
+def policy_class(name: str) -> type[RankingPolicy]:
+    """The class registered under `name`; ValueError names the choices."""
     try:
-        cls = POLICIES[config.policy]
+        return POLICIES[name]
     except KeyError:
         raise ValueError(
-            f"unknown policy {config.policy!r}; choose from {', '.join(POLICIES)}"
+            f"SchedulerConfig.policy must be one of {', '.join(POLICIES)}, got {name!r}"
         ) from None
-    return cls(config, cost)
 
 
-__all__ = ["POLICIES", "RankingPolicy", "make_policy"]
+def make_policy(config: SchedulerConfig, latency: LatencyModel, load: LoadView) -> RankingPolicy:
+    return policy_class(config.policy)(config, latency, load)
+
+
+def uses_dynamic_budget(config: SchedulerConfig) -> bool:
+    """The config's override, else the policy's default."""
+    if config.dynamic_budget is not None:
+        return config.dynamic_budget
+    return policy_class(config.policy).uses_dynamic_budget
+
+
+__all__ = ["POLICIES", "LoadView", "RankingPolicy", "make_policy", "policy_class"]

@@ -1,13 +1,27 @@
-"""The ranking-policy protocol every policy implements, and helpers they share."""
+"""The ranking-policy protocol every policy implements, and helpers they share.
+
+A policy keeps its own per-request state (keyed by request id) and drops it
+in `forget`; the `Request` carries only what every policy shares (token
+counts, queue time, the predictor's estimates).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from augserve.core.config import SchedulerConfig
-from augserve.core.cost import CostModel
+from augserve.core.latency import LatencyModel
 from augserve.core.request import ContextPolicy, Request
+from augserve.sched.context_policy import choose_context_policy
+
+
+class LoadView(Protocol):
+    """What a policy may ask the scheduler about the load."""
+
+    def running_tokens(self) -> int:
+        """Tokens held by running requests (L_other), as of the last `schedule()`."""
+        ...
 
 
 class RankingPolicy:
@@ -15,18 +29,21 @@ class RankingPolicy:
 
     Hooks are called by the `Scheduler`: on arrival (after prediction), when a
     call starts (after the context policy is chosen), when a call returns
-    (with the policy that was actually applied), and after each iteration.
+    (with the policy that was actually applied), after each iteration, and
+    when a request leaves (`forget`).
     """
 
     name = "base"
     discard_on_call = False  # vLLM: a call ends the request's stay, KV freed at once
     requeue_on_return = False  # vLLM: a returned request joins the back of the queue
-    running_tokens = 0  # tokens held by running requests; the scheduler keeps it current
+    uses_dynamic_budget = False  # AugServe: the token budget follows free + reclaimable KV
+    needs_after_schedule = False  # the scheduler calls `after_schedule` only if set
 
-    def __init__(self, config: SchedulerConfig, cost: CostModel) -> None:
+    def __init__(self, config: SchedulerConfig, latency: LatencyModel, load: LoadView) -> None:
         self.config = config
-        self.cost = cost
-        self.tau_iter = cost.decode_iter_time()
+        self.latency = latency
+        self.load = load
+        self.tau_iter = latency.decode_iter_time()
 
     def on_arrival(self, req: Request, now: float) -> None:
         """Set up the request's ranking state from its prediction."""
@@ -36,6 +53,9 @@ class RankingPolicy:
 
     def on_return(self, req: Request, applied: ContextPolicy, now: float) -> None:
         """A call returned; `applied` is what really happened to the KV."""
+
+    def forget(self, request_id: str) -> None:
+        """The request finished or was aborted: drop its state."""
 
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
         """Sort key: lower runs first. Must end with the request id (keys are unique)."""
@@ -55,7 +75,8 @@ class RankingPolicy:
     def after_schedule(
         self, candidates: Sequence[Request], scheduled: set[str], now: float
     ) -> None:
-        """Called once per iteration with the runnable set and those that ran."""
+        """Once per iteration with the runnable set and those that ran (if
+        `needs_after_schedule`)."""
 
 
 def predicted_remaining(req: Request) -> float:
@@ -70,14 +91,12 @@ class PlanningPolicy(RankingPolicy):
         """The min-waste policy for the predicted call (None when no call is predicted)."""
         if req.pred_call_time is None:
             return None
-        from augserve.sched.costs import choose_context_policy
-
         if self.config.forced_context_policy is not None:
             return self.config.forced_context_policy
         return choose_context_policy(
             ctx_at_call,
             req.pred_call_time,
-            max(0, self.running_tokens - req.num_computed_tokens),
-            self.cost,
+            max(0, self.load.running_tokens() - req.num_computed_tokens),
+            self.latency,
             allow_swap=self.config.num_host_blocks > 0,
         )

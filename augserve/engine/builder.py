@@ -1,0 +1,126 @@
+"""Build an `LLMEngine` from a model directory and a handful of options (after vLLM's
+`EngineArgs`). The offline `LLM`, the server and the bench backend all build
+their engines here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from augserve.core.config import SchedulerConfig
+from augserve.core.latency import LatencyModel
+from augserve.engine.engine import LLMEngine, default_latency
+from augserve.engine.kv_cache import KVCacheConfig
+from augserve.engine.model_runner import ModelRunner, RunnerConfig
+from augserve.engine.tokenizer import Tokenizer
+from augserve.predict.base import make_predictor
+
+DEFAULT_DEVICE_BLOCKS = 512
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """Everything needed to build an engine. KV memory: `num_device_blocks` or
+    `kv_cache_memory` (bytes; default 512 blocks); host swap pool: `num_host_blocks`
+    or `swap_space` (bytes). `profile`: a shipped profile name or JSON file for the
+    scheduler's latency model (default: a rough CPU model, see `default_latency`).
+    `scheduler`: further `SchedulerConfig` fields."""
+
+    model: str
+    policy: str = "augserve"
+    dtype: str | None = None
+    device: str | None = None
+    block_size: int = 16
+    num_device_blocks: int | None = None
+    kv_cache_memory: int | None = None
+    num_host_blocks: int = 0
+    swap_space: int | None = None
+    max_model_len: int | None = None
+    max_batch_tokens: int = 512
+    max_num_seqs: int = 256
+    predictor: str = "oracle"
+    profile: str | None = None
+    num_threads: int | None = None
+    seed: int = 0
+    scheduler: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("EngineArgs.model must name a model directory")
+        for name in ("block_size", "max_batch_tokens", "max_num_seqs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EngineArgs.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("num_device_blocks", "kv_cache_memory", "max_model_len", "num_threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"EngineArgs.{name} must be >= 1, got {value}")
+        for name in ("num_host_blocks", "swap_space"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"EngineArgs.{name} must be >= 0, got {value}")
+        if self.num_device_blocks is not None and self.kv_cache_memory is not None:
+            raise ValueError("EngineArgs: give num_device_blocks or kv_cache_memory, not both")
+        known = {f.name for f in fields(SchedulerConfig)}
+        for key in self.scheduler:
+            if key not in known:
+                raise ValueError(f"EngineArgs.scheduler: unknown SchedulerConfig field {key!r}")
+
+    def scheduler_config(self) -> SchedulerConfig:
+        return SchedulerConfig(
+            policy=self.policy,
+            block_size=self.block_size,
+            max_batch_tokens=self.max_batch_tokens,
+            max_num_seqs=self.max_num_seqs,
+            predictor=self.predictor,
+            **self.scheduler,
+        )
+
+
+def load_latency(profile: str | Path | LatencyModel | None) -> LatencyModel | None:
+    """A latency model given as an object, a shipped profile name or a JSON path."""
+    if profile is None or not isinstance(profile, str | Path):
+        return profile
+    from augserve.profiles import load_profile
+
+    return load_profile(profile)
+
+
+def build_runner(args: EngineArgs) -> ModelRunner:
+    device_blocks = args.num_device_blocks
+    if device_blocks is None and args.kv_cache_memory is None:
+        device_blocks = DEFAULT_DEVICE_BLOCKS
+    host_blocks = args.num_host_blocks
+    kv = KVCacheConfig(args.block_size, device_blocks, args.kv_cache_memory, host_blocks)
+    runner = ModelRunner(RunnerConfig(args.model, args.dtype, args.device, kv, args.num_threads))
+    if args.swap_space:  # bytes -> blocks needs the model's KV size: build once more
+        host = args.swap_space // (runner.kv_bytes_per_token * args.block_size)
+        kv = KVCacheConfig(args.block_size, runner.num_device_blocks, None, host)
+        del runner
+        runner = ModelRunner(
+            RunnerConfig(args.model, args.dtype, args.device, kv, args.num_threads)
+        )
+    return runner
+
+
+def build_engine(
+    args: EngineArgs,
+    latency: LatencyModel | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> LLMEngine:
+    """Load the model, size the KV cache and wire the scheduler, tokenizer and predictor."""
+    runner = build_runner(args)
+    config = args.scheduler_config()
+    latency = latency or load_latency(args.profile) or default_latency(runner, config)
+    return LLMEngine(
+        runner,
+        config,
+        Tokenizer(args.model),
+        latency,
+        make_predictor(args.predictor, seed=args.seed),
+        clock=clock,
+        max_model_len=args.max_model_len,
+    )
