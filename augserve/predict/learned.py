@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from augserve.core.prediction import Prediction
 from augserve.core.request import Request
-from augserve.predict.base import Prediction
 from augserve.predict.embed import MINILM, MiniLMEmbedder
 from augserve.predict.features import (
     BUCKET_SIZE,
