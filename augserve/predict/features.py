@@ -54,7 +54,11 @@ class TraceLike(Protocol):
 
 
 def request_kind(req: Any) -> str | None:
-    """The augmentation kind a live request carries, if any ."""
+    """The augmentation kind a live request carries, if any. Asked while a call
+    starts (the engine knows the tool then), the tool's name is the kind."""
+    calls = getattr(req, "calls", None)
+    if calls and calls[-1].end is None and isinstance(calls[-1].tool, str):
+        return str(calls[-1].tool)
     kind = getattr(req, "kind", None)
     return kind if isinstance(kind, str) else None
 

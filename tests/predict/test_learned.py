@@ -154,3 +154,15 @@ def test_use_kind_reads_kind_when_present() -> None:
     for r in rows:  # a live request with a `kind` attribute is read the same way
         r.request.kind = r.kind  # type: ignore[attr-defined]
     assert np.array_equal(pred.estimate([r.request for r in rows]).bucket_proba, est.bucket_proba)
+
+
+def test_the_tool_of_a_starting_call_is_the_kind() -> None:
+    from augserve.core.request import CallRecord, Request
+    from augserve.predict.features import request_kind
+
+    req = Request("r", 0.0, 10, kind="qa")
+    assert request_kind(req) == "qa"
+    req.calls.append(CallRecord(start=1.0, tool="math", args_len=12))
+    assert request_kind(req) == "math"  # asked at the call start, with the tool known
+    req.calls[-1].end = 2.0
+    assert request_kind(req) == "qa"
