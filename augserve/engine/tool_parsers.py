@@ -60,7 +60,7 @@ def call_from_json(body: str, raw: str) -> ParsedCall:
     return ParsedCall(name, args, raw)
 
 
-def _held_prefix(text: str, marker: str) -> int:
+def held_prefix(text: str, marker: str) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of `marker`."""
     for k in range(min(len(marker) - 1, len(text)), 0, -1):
         if text.endswith(marker[:k]):
@@ -96,7 +96,7 @@ class HermesToolParser:
             return segment if final and not complete else segment[:i]
         if final:
             return segment
-        return segment[: len(segment) - _held_prefix(segment, self.start)]
+        return segment[: len(segment) - held_prefix(segment, self.start)]
 
 
 def json_object_end(s: str) -> int | None:

@@ -31,17 +31,24 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 async def drain(state: ServerState, grace: float) -> None:
-    """Stop taking requests; give running ones `grace` seconds, then abort the rest (their
-    clients get finish_reason "abort"), and wait briefly for the answers to go out."""
+    """Stop taking requests; give running ones `grace` seconds, then abort the rest:
+    their clients get finish_reason "abort", and their answers go out before the
+    connections close."""
     state.draining = True
     deadline = time.monotonic() + grace
     while state.live and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    if state.live:
-        log.warning("shutdown: aborting %d running request(s)", len(state.live))
-        for rid in list(state.live):
-            state.engine.abort(rid)
-    deadline = time.monotonic() + 2.0
+    if not state.live:
+        return
+    log.warning("shutdown: aborting %d running request(s)", len(state.live))
+    for rid in list(state.live):
+        state.engine.abort(rid)
+    deadline = time.monotonic() + 1.0
+    while state.live and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    for end in list(state.live.values()):  # no final output came from the engine
+        end()
+    deadline = time.monotonic() + 1.0
     while state.live and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from augserve.engine.chat import TemplateRaisedError
 from augserve.server.errors import APIError, error_body
@@ -22,7 +23,7 @@ from augserve.server.generation import (
 from augserve.server.protocol import ChatCompletionRequest
 from augserve.server.request_tools import RequestTools, trace_items
 from augserve.server.state import ServerState, sampling_params
-from augserve.server.streaming import sse, usage
+from augserve.server.streaming import SSEResponse, sse, usage
 
 
 def _render(state: ServerState, req: ChatCompletionRequest, tools: RequestTools) -> str:
@@ -67,8 +68,9 @@ def _message(cs: ChoiceState) -> dict[str, Any]:
 
 
 async def _collect(state: ServerState, prompt: list[int], choices: list[Choice], cid: str) -> None:
-    async for i, out in merge_choices(state, prompt, choices, cid):
-        choices[i].state.delta(out)
+    async with aclosing(merge_choices(state, prompt, choices, cid)) as outs:
+        async for i, out in outs:
+            choices[i].state.delta(out)
 
 
 async def chat_completion(state: ServerState, req: ChatCompletionRequest, http: Request) -> Any:
@@ -77,9 +79,7 @@ async def chat_completion(state: ServerState, req: ChatCompletionRequest, http: 
     created = int(time.time())
     if req.stream:
         gen = _stream(state, req, prompt, choices, cid, created)
-        return StreamingResponse(
-            gen, media_type="text/event-stream", headers={"cache-control": "no-cache"}
-        )
+        return SSEResponse(gen)
     try:
         await unless_disconnected(_collect(state, prompt, choices, cid), http.receive)
     except ClientGone:
@@ -136,19 +136,20 @@ async def _stream(
         }
         yield sse(_chunk(cid, created, model, first))
     try:
-        async for i, out in merge_choices(state, prompt, choices, cid):
-            cs = choices[i].state
-            text = cs.delta(out)
-            if text:
-                delta = {
-                    "index": i,
-                    "delta": {"content": text},
-                    "logprobs": None,
-                    "finish_reason": None,
-                }
-                yield sse(_chunk(cid, created, model, delta))
-            if out.finished:
-                yield sse(_chunk(cid, created, model, _final_delta(cs, req.tool_trace)))
+        async with aclosing(merge_choices(state, prompt, choices, cid)) as outs:
+            async for i, out in outs:
+                cs = choices[i].state
+                text = cs.delta(out)
+                if text:
+                    delta = {
+                        "index": i,
+                        "delta": {"content": text},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                    yield sse(_chunk(cid, created, model, delta))
+                if out.finished:
+                    yield sse(_chunk(cid, created, model, _final_delta(cs, req.tool_trace)))
     except RuntimeError as exc:  # the engine loop failed: say so in the stream
         yield sse(error_body(500, f"generation failed: {exc}"))
     if req.wants_usage_chunk():

@@ -7,10 +7,11 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from augserve.server.errors import APIError, error_body
 from augserve.server.generation import (
@@ -22,7 +23,7 @@ from augserve.server.generation import (
 )
 from augserve.server.protocol import CompletionRequest
 from augserve.server.state import ServerState, sampling_params
-from augserve.server.streaming import sse, usage
+from augserve.server.streaming import SSEResponse, sse, usage
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 
@@ -59,8 +60,9 @@ async def _run_all(state: ServerState, batches: list[Any], cid: str, sink: Any) 
     """Every prompt's choices at once; the first failure cancels the rest."""
 
     async def one(k: int, ids: list[int], choices: list[Choice]) -> None:
-        async for i, out in merge_choices(state, ids, choices, f"{cid}-p{k}"):
-            await sink(choices[i].state, out)
+        async with aclosing(merge_choices(state, ids, choices, f"{cid}-p{k}")) as outs:
+            async for i, out in outs:
+                await sink(choices[i].state, out)
 
     tasks = [asyncio.create_task(one(k, ids, ch)) for k, (ids, _, ch) in enumerate(batches)]
     try:
@@ -77,7 +79,7 @@ async def completion(state: ServerState, req: CompletionRequest, http: Request) 
     created = int(time.time())
     if req.stream:
         gen = _stream(state, req, batches, cid, created)
-        return StreamingResponse(gen, media_type="text/event-stream")
+        return SSEResponse(gen)
 
     async def sink(cs: ChoiceState, out: Any) -> None:
         cs.delta(out)

@@ -15,15 +15,18 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from augserve.engine.engine import RequestOutput
 from augserve.engine.sampling_params import SamplingParams
-from augserve.engine.tool_parsers import _held_prefix
+from augserve.engine.tool_parsers import held_prefix
 from augserve.engine.tools import ToolSession
 from augserve.server.request_tools import CallExecutor, openai_tool_calls
 from augserve.server.state import ServerState
+
+if TYPE_CHECKING:
+    from augserve.engine.engine import RequestOutput
 
 
 @dataclass
@@ -39,14 +42,17 @@ class ChoiceState:
     _sent: int = 0
     _results: int = 0
 
-    def delta(self, out: RequestOutput) -> str:
+    def delta(self, out: RequestOutput | Ended) -> str:
         """New visible content of this choice after `out`."""
+        if isinstance(out, Ended):
+            self.finish_reason = out.finish_reason
+            return ""
         if len(out.tool_results) > self._results:  # a tool answered: a new segment began
             self._results, self._sent = len(out.tool_results), 0
         seg = out.segment_text
         visible = self.parser.content(seg, out.finished) if self.parser is not None else seg
         if not out.finished:
-            held = max((_held_prefix(visible, s) for s in self.stops), default=0)
+            held = max((held_prefix(visible, s) for s in self.stops), default=0)
             visible = visible[: len(visible) - held]
         new = visible[self._sent :]
         self._sent = max(self._sent, len(visible))
@@ -73,21 +79,37 @@ class Choice:
     session: ToolSession | None = None
 
 
+@dataclass(frozen=True)
+class Ended:
+    """A choice that ended without a final output from the engine (the server cut it
+    at shutdown); it reads like a finished `RequestOutput` to the handlers."""
+
+    finish_reason: str = "abort"
+    finished: bool = True
+
+
 async def run_choice(
     state: ServerState, prompt: list[int], choice: Choice, request_id: str
 ) -> AsyncIterator[RequestOutput]:
-    state.live.add(request_id)
+    """One `generate()` call. Closing this generator early (a client gone) closes the
+    engine's at once, which aborts the request and frees its KV blocks."""
+    finished, reason = False, "abort"
+    gen = state.engine.generate(prompt, choice.params, request_id=request_id, tools=choice.session)
     try:
-        async for out in state.engine.generate(
-            prompt, choice.params, request_id=request_id, tools=choice.session
-        ):
-            if out.finished:
-                state.metrics.observe_finished(out.request, out.finish_reason)
-                if out.tool_calls:
-                    state.metrics.client_tool_calls.inc(len(out.tool_calls))
-            yield out
+        async with aclosing(gen):
+            async for out in gen:
+                if out.finished:
+                    finished = True
+                    state.metrics.observe_finished(out.request, out.finish_reason)
+                    if out.tool_calls:
+                        state.metrics.client_tool_calls.inc(len(out.tool_calls))
+                yield out
+    except Exception:
+        reason = "error"
+        raise
     finally:
-        state.live.discard(request_id)
+        if not finished:  # left early (the engine aborted it) or failed
+            state.metrics.observe_finished(None, reason)
 
 
 _DONE = object()
@@ -95,24 +117,27 @@ _DONE = object()
 
 async def merge_choices(
     state: ServerState, prompt: list[int], choices: Sequence[Choice], base_id: str
-) -> AsyncIterator[tuple[int, RequestOutput]]:
-    """(choice index, output) from all choices, in arrival order."""
-    if len(choices) == 1:
-        async for out in run_choice(state, prompt, choices[0], f"{base_id}-0"):
-            yield 0, out
-        return
+) -> AsyncIterator[tuple[int, RequestOutput | Ended]]:
+    """(choice index, output) from all choices, in arrival order. Each choice runs in
+    its own task; `state.live` maps its request id to a function that ends it at once
+    (for the shutdown, when an aborted request's final output does not come)."""
     queue: asyncio.Queue[Any] = asyncio.Queue()
 
     async def pump(i: int) -> None:
+        rid = f"{base_id}-{i}"
+        state.live[rid] = lambda: queue.put_nowait((i, Ended()))
         try:
-            async for out in run_choice(state, prompt, choices[i], f"{base_id}-{i}"):
-                queue.put_nowait((i, out))
+            async with aclosing(run_choice(state, prompt, choices[i], rid)) as gen:
+                async for out in gen:
+                    queue.put_nowait((i, out))
         except Exception as exc:
             queue.put_nowait(exc)
         finally:
+            state.live.pop(rid, None)
             queue.put_nowait(_DONE)
 
     tasks = [asyncio.create_task(pump(i)) for i in range(len(choices))]
+    ended: set[int] = set()
     try:
         left = len(tasks)
         while left:
@@ -121,7 +146,11 @@ async def merge_choices(
                 left -= 1
             elif isinstance(item, BaseException):
                 raise item
-            else:
+            elif item[0] not in ended:
+                if item[1].finished:
+                    ended.add(item[0])
+                    if isinstance(item[1], Ended):
+                        tasks[item[0]].cancel()
                 yield item
     finally:
         for t in tasks:

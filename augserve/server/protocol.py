@@ -84,7 +84,7 @@ class _SamplingFields(_Model):
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    top_k: Annotated[int, Field(ge=-1)] | None = None
+    top_k: Annotated[int, Field(ge=-1, le=1_000_000)] | None = None
     stop: Stop = None
     seed: Annotated[int, Field(ge=-SEED_MAX - 1, le=SEED_MAX)] | None = None
     n: Annotated[int, Field(ge=1, le=16)] = 1

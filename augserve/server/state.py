@@ -5,6 +5,7 @@ length, sampling parameters)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +48,8 @@ class ServerState:
     limits: ServerLimits = field(default_factory=ServerLimits)
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False
-    live: set[str] = field(default_factory=set)  # request ids in the engine
+    # request id in the engine -> a function that ends its choice at once (shutdown)
+    live: dict[str, Callable[[], None]] = field(default_factory=dict)
 
     @property
     def tokenizer(self) -> Any:
