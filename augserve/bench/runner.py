@@ -6,17 +6,16 @@ run it on its own, in any process. A backend is a function
 by name as a dotted path `"module:function"`, imported lazily in the worker
 (so a worker process can run a backend that was never imported by the
 parent). `sim` is the discrete-event simulator; `engine` is the real engine
-(added by the engine's own module).
+(added by the engine's own module). `augserve.bench.pool.run_points` runs many
+points in worker processes.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -226,54 +225,6 @@ def run_sim_point(point: BenchPoint) -> list[Row]:
     return [row]
 
 
-# --- running many points --------------------------------------------------------------
-def _run(point: BenchPoint) -> list[Row]:
-    return get_backend(point.backend)(point)
-
-
-def run_points(
-    points: Sequence[BenchPoint],
-    workers: int | None = None,
-    progress: bool = True,
-) -> list[Row]:
-    """Run every point (in parallel worker processes when workers > 1), in point order."""
-    workers = max(1, min(workers or os.cpu_count() or 1, len(points) or 1))
-    bar = _progress(len(points), progress)
-    by_index: dict[int, list[Row]] = {}
-    try:
-        if workers == 1:
-            for i, p in enumerate(points):
-                by_index[i] = _run(p)
-                bar.update(1)
-        else:
-            # the costliest points (highest rate, longest window) first: shorter tail
-            order = sorted(range(len(points)), key=lambda i: -points[i].rate * points[i].window)
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = {pool.submit(_run, points[i]): i for i in order}
-                for fut in as_completed(futures):
-                    by_index[futures[fut]] = fut.result()
-                    bar.update(1)
-    finally:
-        bar.close()
-    return [row for i in range(len(points)) for row in by_index[i]]
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, enabled: bool) -> Any:
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm  # type: ignore[import-untyped]
-
-    return tqdm(total=total, desc="bench", unit="pt")
-
-
 # --- aggregation over seeds --------------------------------------------------------------
 _GROUP = ("backend", "policy", "rate", "arrival", "profile", "predictor", "overrides")
 
@@ -282,7 +233,7 @@ def aggregate(rows: Iterable[Row]) -> list[Row]:
     """One row per (policy, rate, ...): numeric columns averaged over seeds."""
     groups: dict[tuple[Any, ...], list[Row]] = {}
     for row in rows:
-        groups.setdefault(tuple(row.get(k) for k in _GROUP), []).append(row)
+        groups.setdefault(tuple(_hashable(row.get(k)) for k in _GROUP), []).append(row)
     out: list[Row] = []
     for members in groups.values():
         merged: Row = {}
@@ -302,6 +253,11 @@ def aggregate(rows: Iterable[Row]) -> list[Row]:
     return out
 
 
+def _hashable(v: Any) -> Any:
+    """Lists (a tuple field read back from JSON) as tuples, to group on."""
+    return tuple(_hashable(x) for x in v) if isinstance(v, list | tuple) else v
+
+
 def _is_num(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -314,21 +270,8 @@ def expand_points(
 
 
 def default_trace_path() -> Path:
-    """The INFERCEPT trace: shipped under `augserve/data/` if present, else
-    `../shared/data/infercept/merged_exp_uniform.json` from the current
-    directory, else the workload registry's data directory."""
-    from importlib import resources
+    """The INFERCEPT trace `merged_exp_uniform.json`: the copy shipped in the package
+    (or under `$AUGSERVE_DATA_DIR/infercept/` when that is set)."""
+    from augserve.workload.registry import INFERCEPT_FILE, default_data_dir
 
-    name = "merged_exp_uniform.json"
-    try:
-        shipped = resources.files("augserve.data").joinpath("infercept", name)
-        if shipped.is_file():
-            return Path(str(shipped))
-    except ModuleNotFoundError:
-        pass
-    local = Path("..") / "shared" / "data" / "infercept" / name
-    if local.is_file():
-        return local
-    from augserve.workload.registry import default_data_dir
-
-    return default_data_dir() / "infercept" / name
+    return default_data_dir() / "infercept" / INFERCEPT_FILE

@@ -1,8 +1,14 @@
 """`augserve bench`: policies side by side over a rate sweep; table, JSON, CSV, plot.
 
-With no arguments it runs the default experiment: the INFERCEPT trace on the
-OPT-13B/H800 profile, all five policies, a handful of Poisson rates, a window
-short enough to finish in a few minutes on two cores.
+With no arguments it runs the default experiment: the INFERCEPT trace (shipped
+in the package) on the simulated OPT-13B/H800 profile, all five policies, a
+sweep of Poisson rates, a window short enough to finish in about 2 minutes on
+two cores.
+
+Each finished point is saved under OUT/points/, so running the same command
+again reuses it (--fresh recomputes). Ctrl-C stops the run within about a
+second, writes the table, JSON, CSV and plot of the points that finished, and
+exits with status 130; a second Ctrl-C exits at once.
 """
 
 from __future__ import annotations
@@ -11,43 +17,31 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from augserve.bench.pool import interrupt_guard, run_points
+from augserve.bench.report import TABLE, format_table, table_legend, write_sweep
 from augserve.bench.runner import (
     BACKENDS,
     BenchPoint,
-    aggregate,
+    Row,
     default_trace_path,
     expand_points,
-    run_points,
+    parse_overrides,
 )
+from augserve.cli import HelpFormatter
+from augserve.cli import args as argtypes
+
+__all__ = ["TABLE", "add_parser", "format_table", "points_from_args", "run"]
 
 DEFAULT_POLICIES = "vllm,infercept,ssjf,mars,augserve"
 DEFAULT_RATES = "2,3,4,5,6"
-DEFAULT_WINDOW = 900.0
+DEFAULT_WINDOW = 450.0
 DEFAULT_PROFILE = "opt-13b-h800"
 DEFAULT_OUT = "runs/bench"
-
-# (column, header, format)
-TABLE = (
-    ("policy", "policy", "{}"),
-    ("rate", "rate", "{:g}"),
-    ("goodput", "goodput", "{:.3f}"),
-    ("slo_attainment", "SLO", "{:.3f}"),
-    ("throughput_rps", "thru", "{:.3f}"),
-    ("ttft_mean", "TTFT", "{:.3f}"),
-    ("ttft_p95", "TTFT95", "{:.3f}"),
-    ("ttft_p99", "TTFT99", "{:.3f}"),
-    ("norm_latency_mean", "NL", "{:.4f}"),
-    ("norm_latency_p95", "NL95", "{:.4f}"),
-    ("finished_share", "fin", "{:.3f}"),
-    ("long_quartile_finished_share", "longQ", "{:.3f}"),
-    ("long_quartile_latency_p99", "longQ99", "{:.1f}"),
-    ("sched_ms_per_iter", "sched_ms", "{:.3f}"),
-)
+EXIT_INTERRUPTED = 130
 
 
 def add_parser(subparsers: Any) -> None:
@@ -55,78 +49,160 @@ def add_parser(subparsers: Any) -> None:
         "bench",
         help="compare scheduling policies over a rate sweep (simulator or engine)",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
+        epilog="table columns (also in the footnote under the printed table):\n"
+        + table_legend()
+        + "\nSLO: TTFT < 1 s and NL < 10 decode iterations of the profile (per token).",
     )
-    p.add_argument("--backend", default="sim", help=f"one of: {', '.join(BACKENDS)}")
+    p.add_argument(
+        "--backend",
+        default="sim",
+        choices=list(BACKENDS),
+        help="sim: the simulator; engine: the PyTorch engine in real time (default: %(default)s)",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--trace",
-        help="trace file (.json INFERCEPT or .jsonl), resampled "
-        "uniformly with replacement (default: the INFERCEPT trace)",
+        type=argtypes.trace_file,
+        metavar="FILE",
+        help="trace file (.json INFERCEPT or .jsonl), resampled uniformly with replacement "
+        "(default: the shipped INFERCEPT trace, merged_exp_uniform.json)",
     )
-    src.add_argument("--workload", help="a workload name (see `augserve workload gen`)")
-    p.add_argument("--policies", default=DEFAULT_POLICIES, help="comma-separated policies")
-    p.add_argument("--rates", default=DEFAULT_RATES, help="comma-separated rates (req/s)")
-    p.add_argument("--arrival", default="poisson", help="poisson | gamma:CV")
-    p.add_argument("--profile", default=DEFAULT_PROFILE, help="profile name or JSON file")
+    src.add_argument(
+        "--workload",
+        metavar="NAME",
+        help="a generated workload instead of a trace: infercept-like, toolbench-like, "
+        "mixed:FRACTION[:BASE], ... (see `augserve workload gen --help`)",
+    )
+    p.add_argument(
+        "--policies",
+        type=argtypes.name_list(argtypes.policy_names, "policy"),
+        default=DEFAULT_POLICIES,
+        metavar="P,P",
+        help=f"comma-separated, from: {', '.join(argtypes.policy_names())} (default: %(default)s)",
+    )
+    p.add_argument(
+        "--rates",
+        type=argtypes.rate_list,
+        default=DEFAULT_RATES,
+        metavar="R,R",
+        help="comma-separated arrival rates, requests/s (default: %(default)s)",
+    )
+    p.add_argument(
+        "--arrival",
+        type=argtypes.arrival_arg,
+        default="poisson",
+        help="arrival process: poisson or gamma:CV (default: %(default)s)",
+    )
+    p.add_argument(
+        "--profile",
+        type=argtypes.profile_arg,
+        default=DEFAULT_PROFILE,
+        metavar="NAME|FILE",
+        help=f"latency profile: {', '.join(argtypes.profile_names())} or a profile JSON file "
+        "(default: %(default)s)",
+    )
     p.add_argument(
         "--window",
-        type=float,
+        type=argtypes.positive_float,
         default=DEFAULT_WINDOW,
-        help="arrival and measurement window, seconds",
+        metavar="S",
+        help="seconds of arrivals, and the measurement window (default: %(default)g)",
     )
     p.add_argument(
         "--drain",
-        type=float,
+        type=argtypes.nonneg_float,
         default=0.0,
-        help="keep serving this many seconds after arrivals stop",
+        metavar="S",
+        help="keep serving this many seconds after arrivals stop (default: %(default)g)",
     )
-    p.add_argument("--seed", type=int, default=0, help="first seed")
-    p.add_argument("--seeds", type=int, default=1, help="number of seeds (averaged)")
-    p.add_argument("--predictor", default="oracle", help="oracle | noisy:P | learned:DIR")
-    p.add_argument("--beta", type=float, default=None, help="AugServe's beta (per ms)")
+    p.add_argument("--seed", type=int, default=0, help="first seed (default: %(default)s)")
+    p.add_argument(
+        "--seeds",
+        type=argtypes.positive_int,
+        default=1,
+        metavar="N",
+        help="number of seeds, averaged (default: %(default)s)",
+    )
+    p.add_argument(
+        "--predictor",
+        type=argtypes.predictor_arg,
+        default="oracle",
+        help="oracle, noisy:P (oracle times 1 +- P) or learned:DIR (default: %(default)s)",
+    )
+    p.add_argument(
+        "--beta",
+        type=argtypes.nonneg_float,
+        default=None,
+        help="AugServe's beta, per ms (default: the scheduler's)",
+    )
     p.add_argument(
         "--max-batch-tokens",
-        type=int,
+        type=argtypes.positive_int,
         default=None,
+        metavar="N",
         help="static token budget T_max (default: the profile's)",
     )
-    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument(
+        "--block-size",
+        type=argtypes.positive_int,
+        default=16,
+        metavar="N",
+        help="KV block size, tokens (default: %(default)s)",
+    )
     p.add_argument(
         "--set",
+        type=_override,
         action="append",
         default=[],
         metavar="KEY=VALUE",
         help="any other SchedulerConfig field, e.g. beta_high=1.0 or "
         "dynamic_budget=false (repeatable)",
     )
+    p.add_argument(
+        "--workers",
+        type=argtypes.positive_int,
+        default=None,
+        metavar="N",
+        help=f"worker processes (default: the CPU count, here {os.cpu_count()})",
+    )
+    p.add_argument(
+        "--out",
+        default=DEFAULT_OUT,
+        metavar="DIR",
+        help="output folder: results.json, results.csv, points.json, bench.png, and "
+        "points/ (finished points, reused by a rerun) (default: %(default)s)",
+    )
+    p.add_argument("--fresh", action="store_true", help="recompute points found in OUT/points/")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     eng = p.add_argument_group("engine backend (--backend engine)")
-    eng.add_argument("--model", help="model directory (Hugging Face format) for the engine")
-    eng.add_argument("--dtype", help="bf16 (default on CPU), fp16 or fp32")
+    eng.add_argument("--model", metavar="DIR", help="model directory (Hugging Face format)")
+    eng.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="default: bf16 on CPU")
     eng.add_argument("--device", help="cpu or cuda (default: cuda if available)")
-    eng.add_argument("--threads", type=int, help="torch CPU threads")
+    eng.add_argument("--threads", type=argtypes.positive_int, metavar="N", help="torch CPU threads")
     eng.add_argument(
         "--time-scale",
-        type=float,
-        help="multiply arrival times, call durations and the window (engine runs in real time)",
+        type=argtypes.positive_float,
+        metavar="X",
+        help="multiply arrival times, call durations and the window (the engine runs in real time)",
     )
-    p.add_argument("--workers", type=int, default=None, help="processes (default: CPU count)")
-    p.add_argument("--out", default=DEFAULT_OUT, help="output directory")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
-def _csv(text: str, kind: type, name: str) -> list[Any]:
+def _override(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argtypes.Bad(f"want KEY=VALUE, got {text!r}")
+    pair = (key.strip(), value.strip())
     try:
-        values = [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--{name}: bad list {text!r}") from None
-    if not values:
-        raise ValueError(f"--{name}: empty list")
-    return values
+        parse_overrides([pair])
+    except ValueError as exc:
+        raise argtypes.Bad(str(exc).removeprefix("--set: ")) from None
+    return pair
 
 
 def points_from_args(args: argparse.Namespace) -> list[BenchPoint]:
+    """The grid of points the arguments ask for (policy outermost, then rate, seed)."""
     trace = args.trace
     if trace is None and args.workload is None:
         trace = str(default_trace_path())
@@ -146,42 +222,34 @@ def points_from_args(args: argparse.Namespace) -> list[BenchPoint]:
         beta=args.beta,
         max_batch_tokens=args.max_batch_tokens,
         block_size=args.block_size,
-        overrides=tuple(_pair(x) for x in args.set),
+        overrides=tuple(args.set),
     )
-    policies = _csv(args.policies, str, "policies")
-    rates = _csv(args.rates, float, "rates")
-    if args.seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
     seeds = list(range(args.seed, args.seed + args.seeds))
-    return expand_points(base, policies, rates, seeds)
+    return expand_points(base, args.policies, args.rates, seeds)
 
 
-def _pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"--set: want KEY=VALUE, got {text!r}")
-    return key.strip(), value.strip()
+def _check_source(args: argparse.Namespace) -> None:
+    """Load the trace / make the workload once here, so a bad one fails before any work."""
+    from augserve.workload.registry import load_trace, make_workload
 
-
-def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    header = [h for _, h, _ in TABLE]
-    body = []
-    for row in rows:
-        cells = []
-        for key, _, fmt in TABLE:
-            v = row.get(key)
-            cells.append("-" if v is None else fmt.format(v))
-        body.append(cells)
-    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) for cells in body]
-    return "\n".join(lines)
+    if args.trace is not None:
+        try:
+            load_trace(args.trace)
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"--trace: {argtypes.one_line(exc)}") from None
+    elif args.workload is not None:
+        try:
+            make_workload(args.workload, 4, args.seed)
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"--workload: {argtypes.one_line(exc, ('workload: ',))}") from None
 
 
 def _engine_env(args: argparse.Namespace) -> None:
     """Hand the engine options to the backend (worker processes inherit them)."""
     if args.model is None and "AUGSERVE_ENGINE_MODEL" not in os.environ:
         raise ValueError("--backend engine needs --model DIR")
+    if args.model is not None and not Path(args.model).is_dir():
+        raise ValueError(f"--model: {args.model!r} is not a directory")
     for option, var in (
         ("model", "MODEL"),
         ("dtype", "DTYPE"),
@@ -195,16 +263,63 @@ def _engine_env(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from augserve.bench.plots import plot_sweep
-    from augserve.bench.report import write_csv, write_json
+    from augserve.bench.cache import PointCache
+    from augserve.bench.plots import prepare_plotting
 
-    points = points_from_args(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     workers = args.workers or os.cpu_count() or 1
     if args.backend == "engine":
         _engine_env(args)
         workers = 1  # real-time runs must not share the CPU with each other
+    out = argtypes.out_dir("--out", args.out)
+    points = points_from_args(args)
+    _check_source(args)
+    cache = PointCache(out)
+    done: dict[int, list[Row]] = {}
+    if not args.fresh:
+        for i, point in enumerate(points):
+            rows = cache.get(point)
+            if rows is not None:
+                done[i] = rows
+    todo = [i for i in range(len(points)) if i not in done]
+    _print_start(args, points, workers, len(done), cache.dir)
+    t0 = time.perf_counter()
+
+    def finished(j: int, rows: list[Row]) -> None:
+        done[todo[j]] = rows
+        cache.put(points[todo[j]], rows)
+        prepare_plotting()  # while the workers compute, so that an interrupted run plots at once
+
+    with interrupt_guard():
+        try:
+            run_points(
+                [points[i] for i in todo],
+                workers=workers,
+                progress=not args.no_progress,
+                on_result=finished,
+            )
+        except KeyboardInterrupt:
+            for i, rows in done.items():  # one Ctrl-C may have cut a save short
+                if cache.get(points[i]) is None:
+                    cache.put(points[i], rows)
+            print(
+                f"\nbench: interrupted: {len(done)} of {len(points)} points finished; writing "
+                "them (Ctrl-C again quits at once)",
+                file=sys.stderr,
+                flush=True,
+            )
+            _write(out, points, done, time.perf_counter() - t0)
+            print(
+                f"bench: rerun the same command to resume ({len(points) - len(done)} points left)",
+                file=sys.stderr,
+            )
+            return EXIT_INTERRUPTED
+        _write(out, points, done, time.perf_counter() - t0)
+    return 0
+
+
+def _print_start(
+    args: argparse.Namespace, points: Sequence[BenchPoint], workers: int, reused: int, where: Path
+) -> None:
     p0 = points[0]
     print(
         f"bench: {len(points)} points ({args.backend}), trace={p0.trace or p0.workload}, "
@@ -212,33 +327,17 @@ def run(args: argparse.Namespace) -> int:
         f"arrival={p0.arrival}, predictor={p0.predictor}, workers={workers}",
         file=sys.stderr,
     )
-    t0 = time.perf_counter()
-    raw = run_points(points, workers=workers, progress=not args.no_progress)
-    rows = aggregate(raw)
-    wall = time.perf_counter() - t0
-    meta = {
-        "command": "augserve bench " + " ".join(sys.argv[2:]),
-        "base": asdict(p0),
-        "wall_s": wall,
-    }
-    if rows:
-        meta["norm_latency_slo"] = rows[0].get("norm_latency_slo")
-        meta["ttft_slo"] = rows[0].get("ttft_slo")
-    write_json(out / "results.json", rows, **meta)
-    write_csv(out / "results.csv", rows)
-    write_json(out / "points.json", raw, **meta)
-    title = f"{p0.profile}, {Path(p0.trace).name if p0.trace else p0.workload}, {p0.arrival}"
-    plot = plot_sweep(rows, out / "bench.png", title=title)
-    print(format_table(rows))
-    slo = rows[0].get("norm_latency_slo") if rows else None
-    print(
-        f"\nSLO: TTFT < {rows[0].get('ttft_slo') if rows else '-'} s, normalized latency "
-        f"< {slo:.4f} s/token"
-        if slo
-        else ""
-    )
-    print(
-        f"table: {out / 'results.csv'}\nresults: {out / 'results.json'} "
-        f"(per seed: {out / 'points.json'})\nplot: {plot}\nwall time: {wall:.1f} s"
-    )
-    return 0
+    if reused:
+        print(
+            f"bench: reusing {reused} of {len(points)} points finished before ({where}; "
+            "--fresh recomputes them)",
+            file=sys.stderr,
+        )
+
+
+def _write(
+    out: Path, points: Sequence[BenchPoint], done: dict[int, list[Row]], wall: float
+) -> None:
+    raw = [row for i in sorted(done) for row in done[i]]
+    command = "augserve bench " + " ".join(sys.argv[2:])
+    write_sweep(out, points[0], raw, (len(done), len(points)), wall, command)

@@ -18,27 +18,47 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from augserve.cli import HelpFormatter
+from augserve.cli import args as argtypes
+
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("predictor", help="train / evaluate the learned predictor")
-    sub = p.add_subparsers(dest="predictor_command", required=True)
+    p = subparsers.add_parser(
+        "predictor",
+        help="train / evaluate the learned predictor",
+        description=__doc__,
+        formatter_class=HelpFormatter,
+    )
+    sub = p.add_subparsers(dest="predictor_command", required=True, metavar="COMMAND")
 
-    t = sub.add_parser("train", help="fit the learned predictor on a trace")
-    t.add_argument("--trace", required=True, help="trace file (.jsonl ours, else INFERCEPT JSON)")
-    t.add_argument("--out", required=True, help="model directory to write")
-    t.add_argument("--seed", type=int, default=0)
+    t = sub.add_parser(
+        "train", help="fit the learned predictor on a trace", formatter_class=HelpFormatter
+    )
+    t.add_argument(
+        "--trace",
+        required=True,
+        type=argtypes.trace_file,
+        metavar="FILE",
+        help="trace file (.jsonl ours, else INFERCEPT JSON), e.g. "
+        "augserve/data/infercept/merged_exp_uniform.json",
+    )
+    t.add_argument("--out", required=True, metavar="DIR", help="model directory to write")
+    t.add_argument("--seed", type=int, default=0, help="split seed (default: %(default)s)")
     t.add_argument(
         "--test-frac",
-        type=float,
+        type=_fraction,
         default=0.2,
-        help="fraction of requests held out for eval (0: train on all)",
+        metavar="F",
+        help="fraction of requests held out for eval, in [0, 1); 0: train on all "
+        "(default: %(default)s)",
     )
     t.add_argument("--no-embed", action="store_true", help="metadata features only (no MiniLM)")
     t.add_argument(
         "--max-seq-len",
-        type=int,
+        type=argtypes.positive_int,
         default=128,
-        help="word pieces of prompt text the embedding reads",
+        metavar="N",
+        help="word pieces of prompt text the embedding reads (default: %(default)s)",
     )
     t.add_argument(
         "--use-kind",
@@ -47,11 +67,35 @@ def add_parser(subparsers: Any) -> None:
     )
     t.set_defaults(func=_train)
 
-    e = sub.add_parser("eval", help="score models on the held-out requests of a trace")
-    e.add_argument("--trace", required=True)
-    e.add_argument("--model", required=True, action="append", help="model directory (repeatable)")
-    e.add_argument("--json", help="also write the report as JSON here")
+    e = sub.add_parser(
+        "eval",
+        help="score models on the held-out requests of a trace",
+        formatter_class=HelpFormatter,
+    )
+    e.add_argument(
+        "--trace",
+        required=True,
+        type=argtypes.trace_file,
+        metavar="FILE",
+        help="the trace the models were trained on",
+    )
+    e.add_argument(
+        "--model",
+        required=True,
+        action="append",
+        type=argtypes.predictor_dir,
+        metavar="DIR",
+        help="model directory written by `predictor train` (repeatable)",
+    )
+    e.add_argument("--json", metavar="FILE", help="also write the report as JSON here")
     e.set_defaults(func=_eval)
+
+
+def _fraction(text: str) -> float:
+    value = argtypes.nonneg_float(text)
+    if value >= 1.0:
+        raise argtypes.Bad(f"{text!r} must be in [0, 1)")
+    return value
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -59,9 +103,8 @@ def _train(args: argparse.Namespace) -> int:
     from augserve.predict.learned import LearnedConfig, train_learned_predictor
     from augserve.workload.registry import load_trace
 
-    if not 0.0 <= args.test_frac < 1.0:
-        raise ValueError(f"--test-frac must be in [0, 1), got {args.test_frac}")
-    trace: list[Any] = list(load_trace(args.trace))
+    argtypes.out_dir("--out", args.out)
+    trace: list[Any] = list(_load("--trace", args.trace, load_trace))
     if args.test_frac > 0:
         train, test = split_by_request(trace, args.test_frac, args.seed)
     else:
@@ -93,7 +136,9 @@ def _eval(args: argparse.Namespace) -> int:
     from augserve.predict.learned import load_learned_predictor
     from augserve.workload.registry import load_trace
 
-    models = {Path(d).name: load_learned_predictor(d) for d in args.model}
+    if args.json is not None:
+        argtypes.out_file("--json", args.json)
+    models = {Path(d).name: _load("--model", d, load_learned_predictor) for d in args.model}
     first = next(iter(models.values())).manifest
     seed, frac = first["training"].get("split_seed"), first["training"].get("test_frac")
     if not frac:
@@ -102,7 +147,7 @@ def _eval(args: argparse.Namespace) -> int:
         tr = m.manifest["training"]
         if (tr.get("split_seed"), tr.get("test_frac")) != (seed, frac):
             raise ValueError(f"model {name}: different train/test split from {args.model[0]}")
-    trace = list(load_trace(args.trace))
+    trace = list(_load("--trace", args.trace, load_trace))
     train, test = split_by_request(trace, frac, seed)
     report = evaluate(models, train, test)
     latency = {name: measure_latency(m, test) for name, m in models.items()}
@@ -128,6 +173,13 @@ def _eval(args: argparse.Namespace) -> int:
             + "\n"
         )
     return 0
+
+
+def _load(flag: str, path: str, loader: Any) -> Any:
+    try:
+        return loader(path)
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"{flag}: {argtypes.one_line(exc)}") from None
 
 
 def _loadavg() -> str:

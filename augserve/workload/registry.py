@@ -48,11 +48,20 @@ def default_data_dir() -> Path:
 
 
 def load_trace(path: str | Path) -> Trace:
-    """A trace file by extension: `.jsonl` ours, anything else INFERCEPT JSON."""
+    """A trace file by extension: `.jsonl` ours, anything else INFERCEPT JSON.
+    A missing file raises FileNotFoundError; a directory, or a malformed file, a
+    ValueError naming the path."""
     path = Path(path)
-    if path.suffix == ".jsonl":
-        return read_jsonl(path)
-    return load_infercept(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory, not a trace file (.json or .jsonl)")
+    try:
+        if path.suffix == ".jsonl":
+            return read_jsonl(path)
+        return load_infercept(path)
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path}: not a text trace file (byte {exc.start}: {exc.reason})"
+        ) from None
 
 
 def make_workload(name: str, n: int, seed: int = 0, **kw: Any) -> Trace:

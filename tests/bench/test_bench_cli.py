@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from augserve.bench.pool import run_points
 from augserve.bench.runner import (
     BenchPoint,
     aggregate,
@@ -14,7 +15,6 @@ from augserve.bench.runner import (
     expand_points,
     get_backend,
     register_backend,
-    run_points,
     run_sim_point,
 )
 from augserve.cli import main

@@ -149,3 +149,17 @@ def test_bad_request_after_good_ones_loads_nothing(tmp_path: Path) -> None:
 def test_missing_file_is_file_not_found(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         read_jsonl(tmp_path / "nope.jsonl")
+
+
+def test_load_trace_rejects_a_directory_and_a_binary_file(tmp_path: Path) -> None:
+    from augserve.workload.registry import load_trace
+
+    with pytest.raises(ValueError, match="is a directory, not a trace file"):
+        load_trace(tmp_path)
+    for name in ("x.json", "x.jsonl"):
+        binary = tmp_path / name
+        binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00")
+        with pytest.raises(ValueError, match=f"{name}: not a text trace file"):
+            load_trace(binary)
+    with pytest.raises(FileNotFoundError):
+        load_trace(tmp_path / "nope.jsonl")

@@ -1,0 +1,96 @@
+"""Finished bench points, one JSON file each, so that a rerun resumes.
+
+`OUT/points/<key>.json` holds `{"key": ..., "rows": [...]}` for one
+`BenchPoint`. The key is a hash of everything that decides the point's rows:
+the point's fields, the augserve version, the trace file's size and
+modification time, and for the engine backend its `AUGSERVE_ENGINE_*`
+settings. A file that does not parse, or whose key does not match, is ignored
+(the point is computed again). Files are written atomically, so an
+interrupted run never leaves a half-written point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from augserve import __version__
+from augserve.bench.runner import BenchPoint, Row
+
+SUBDIR = "points"
+
+
+def point_identity(point: BenchPoint, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What decides a point's rows, as plain JSON data."""
+    env = os.environ if env is None else env
+    ident: dict[str, Any] = {"point": asdict(point), "version": __version__}
+    if point.trace is not None:
+        ident["trace_file"] = _fingerprint(point.trace)
+    if point.backend != "sim":
+        ident["env"] = {k: v for k, v in sorted(env.items()) if k.startswith("AUGSERVE_ENGINE_")}
+    return json.loads(json.dumps(ident, sort_keys=True))  # tuples -> lists, as read back
+
+
+def _fingerprint(path: str) -> list[Any]:
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return [str(path), None, None]
+    return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
+
+
+def point_key(ident: Mapping[str, Any]) -> str:
+    blob = json.dumps(ident, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+class PointCache:
+    """Read and write finished points under `root/points/`."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.dir = Path(root) / SUBDIR
+
+    def _path(self, ident: Mapping[str, Any]) -> Path:
+        return self.dir / f"{point_key(ident)}.json"
+
+    def get(self, point: BenchPoint) -> list[Row] | None:
+        """The cached rows of `point`, or None when it has not finished before."""
+        ident = point_identity(point)
+        try:
+            payload = json.loads(self._path(ident).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(payload, dict) or payload.get("key") != ident:
+            return None
+        rows = payload.get("rows")
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            return None
+        return rows
+
+    def put(self, point: BenchPoint, rows: list[Row]) -> Path:
+        """Store the rows of a finished point (atomically: write, then rename)."""
+        ident = point_identity(point)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self._path(ident)
+        text = json.dumps({"key": ident, "rows": rows}, indent=1, default=_jsonable) + "\n"
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "value"):  # enums
+        return value.value
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")

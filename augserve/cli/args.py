@@ -1,0 +1,223 @@
+"""Argument types and early checks shared by the subcommands.
+
+Each `*_arg` function is an argparse `type=`: it returns the parsed value or
+raises `argparse.ArgumentTypeError`, which argparse reports as one line naming
+the flag (`augserve: error: argument --rates: ...`) before any work starts.
+`out_dir` and `trace_file` check the file system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+Bad = argparse.ArgumentTypeError
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise Bad(f"{text!r} is not a number") from None
+
+
+def float_arg(low: float, *, strict: bool) -> Callable[[str], float]:
+    """A finite float `> low` (strict) or `>= low`."""
+    op = ">" if strict else ">="
+
+    def parse(text: str) -> float:
+        value = _number(text)
+        if not math.isfinite(value) or (value <= low if strict else value < low):
+            raise Bad(f"{text!r} is not a finite number {op} {low:g}")
+        return value
+
+    parse.__name__ = f"number {op} {low:g}"
+    return parse
+
+
+def int_arg(low: int) -> Callable[[str], int]:
+    """An integer `>= low`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise Bad(f"{text!r} is not an integer") from None
+        if value < low:
+            raise Bad(f"{text!r} must be >= {low}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+positive_float = float_arg(0.0, strict=True)
+nonneg_float = float_arg(0.0, strict=False)
+positive_int = int_arg(1)
+
+
+def rate_list(text: str) -> list[float]:
+    """Comma-separated arrival rates, each a finite number > 0 (req/s)."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise Bad(f"{text!r}: give at least one rate, e.g. 2,3,4")
+    rates = []
+    for item in items:
+        value = _number(item)
+        if not (math.isfinite(value) and value > 0):
+            raise Bad(f"rate {item!r} is not a finite number > 0 (req/s)")
+        rates.append(value)
+    return rates
+
+
+def name_list(known: Callable[[], list[str]], what: str) -> Callable[[str], list[str]]:
+    """Comma-separated names, each one of `known()`; duplicates dropped."""
+
+    def parse(text: str) -> list[str]:
+        names = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+        if not names:
+            raise Bad(f"{text!r}: give at least one {what}")
+        choices = known()
+        for name in names:
+            if name not in choices:
+                raise Bad(f"unknown {what} {name!r} (choose from {', '.join(choices)})")
+        return names
+
+    parse.__name__ = f"{what} list"
+    return parse
+
+
+def policy_names() -> list[str]:
+    from augserve.sched.policies import POLICIES
+
+    return list(POLICIES)
+
+
+def profile_names() -> list[str]:
+    from augserve.profiles import list_profiles
+
+    return list_profiles()
+
+
+def profile_arg(text: str) -> str:
+    """A shipped profile name or a profile JSON file (loaded here to check it)."""
+    from augserve.profiles import load_profile
+
+    try:
+        load_profile(text)
+    except (ValueError, OSError) as exc:
+        raise Bad(one_line(exc)) from None
+    return text
+
+
+def predictor_arg(text: str) -> str:
+    """`oracle`, `noisy:P` (0 <= P < 1) or `learned:DIR` (a directory with manifest.json)."""
+    kind, sep, arg = text.partition(":")
+    if kind == "learned" and arg:
+        try:
+            predictor_dir(arg)
+        except Bad as exc:
+            raise Bad(f"{text!r}: {exc}") from None
+        return text
+    if kind == "oracle" and not sep:
+        return text
+    if kind == "noisy":
+        try:
+            p = float(arg)
+        except ValueError:
+            p = math.nan
+        if 0.0 <= p < 1.0:
+            return text
+        raise Bad(f"{text!r}: want noisy:P with 0 <= P < 1, e.g. noisy:0.2")
+    raise Bad(f"unknown predictor {text!r} (choose from oracle, noisy:P, learned:DIR)")
+
+
+def predictor_dir(text: str) -> str:
+    """A directory written by `augserve predictor train` (it has a manifest.json)."""
+    path = Path(text)
+    if not path.is_dir():
+        raise Bad(f"{text!r} is not a directory (train one: augserve predictor train)")
+    if not (path / "manifest.json").is_file():
+        raise Bad(f"{text!r} has no manifest.json (not a predictor directory)")
+    return text
+
+
+def arrival_arg(text: str) -> str:
+    from augserve.bench.runner import arrival_cv
+
+    try:
+        arrival_cv(text)
+    except ValueError:
+        raise Bad(f"{text!r}: want poisson or gamma:CV with CV > 0, e.g. gamma:1.5") from None
+    return text
+
+
+def trace_file(text: str) -> str:
+    """An existing, readable trace file (its format is checked when it is loaded)."""
+    path = Path(text)
+    if path.is_dir():
+        raise Bad(f"{text!r} is a directory, not a trace file (.json or .jsonl)")
+    if not path.exists():
+        raise Bad(f"{text!r}: no such file")
+    if not os.access(path, os.R_OK):
+        raise Bad(f"{text!r}: not readable")
+    return text
+
+
+def out_dir(flag: str, text: str) -> Path:
+    """Create the output directory if needed and check that files can be written in it;
+    raises ValueError `--out: ...` naming the path otherwise."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag}: {text!r} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{flag}: cannot create directory {text!r}: {_reason(exc)}") from None
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{flag}: {text!r} is not writable ({_reason(exc)})") from None
+    return path
+
+
+def out_file(flag: str, text: str) -> Path:
+    """A file that can be (over)written: not a directory, its folder exists and is
+    writable; raises ValueError `--out: ...` naming the path otherwise."""
+    path = Path(text)
+    if path.is_dir():
+        raise ValueError(f"{flag}: {text!r} is a directory; give a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag}: {text!r}: folder {str(parent)!r} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise ValueError(
+            f"{flag}: folder {str(parent)!r} is not writable ({_reason(exc)})"
+        ) from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{flag}: {text!r} is not writable")
+    return path
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def one_line(exc: BaseException, strip: tuple[str, ...] = ()) -> str:
+    """An exception as one line: an OSError as `reason: path`, else its message
+    (without any of the prefixes `strip`, e.g. a flag name the caller puts first)."""
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        text = f"{exc.strerror}: {exc.filename}"
+    else:
+        text = str(exc) or type(exc).__name__
+    for prefix in strip:
+        text = text.removeprefix(prefix)
+    return " ".join(text.split())
