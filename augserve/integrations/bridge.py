@@ -1,0 +1,339 @@
+"""The engine-independent half of a scheduler plugin: our policy over another engine's queues.
+
+`PolicyBridge` keeps one mirror `augserve.core.request.Request` per engine
+request, asks our predictor for it and feeds it to one of our ranking policies
+(`augserve.sched.policies`), so the engine's queues are ordered by the same code
+our own scheduler runs; nothing here restates a formula. It knows two ways a
+tool call can pass through the engine:
+
+- the turn ends and the client resubmits the whole context plus the call's
+  result as a new request (the OpenAI API). The bridge recognizes the new request
+  as the same conversation by its session and refines the cost as at a return
+  (`on_return`), with the context policy that really applied: Preserve when the
+  engine's prefix cache still held the context, else Discard (recompute).
+- a resumable streaming-input session keeps its KV while it waits for the next
+  input (vLLM's `resumable` requests): Preserve, always.
+
+The engine cannot choose per request between them, so each request is costed
+with the policy that will apply to its calls (`forced_context_policy`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from augserve.core.config import SchedulerConfig
+from augserve.core.latency import LatencyModel
+from augserve.core.prediction import Predictor
+from augserve.core.request import CallRecord, ContextPolicy, Request, RequestStatus, Segment
+from augserve.integrations.options import PluginOptions
+from augserve.predict.base import make_predictor
+from augserve.profiles import load_profile
+from augserve.sched.budget import dynamic_token_budget
+from augserve.sched.policies import RankingPolicy, make_policy, uses_dynamic_budget
+
+PRESERVE, DISCARD = ContextPolicy.PRESERVE, ContextPolicy.DISCARD
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the bridge needs to know of the engine: KV blocks and the static budget."""
+
+    block_size: int
+    num_blocks: int
+    max_batch_tokens: int
+    max_num_seqs: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "num_blocks", "max_batch_tokens", "max_num_seqs"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"EngineFacts.{name} must be > 0, got {getattr(self, name)}")
+
+
+@dataclass
+class _EndedTurn:
+    """A conversation's last turn, kept until the client resubmits its context."""
+
+    mirror: Request
+    context_len: int
+    end: float
+
+
+class PolicyBridge:
+    """Ranks engine requests with our policy; see the module docstring."""
+
+    def __init__(
+        self,
+        options: PluginOptions,
+        facts: EngineFacts,
+        latency: LatencyModel | None = None,
+        predictor: Predictor | None = None,
+    ) -> None:
+        self.options = options
+        self.facts = facts
+        self.latency = latency if latency is not None else load_profile(options.profile)
+        self.config = SchedulerConfig(
+            policy=options.policy,
+            block_size=facts.block_size,
+            num_device_blocks=facts.num_blocks,
+            num_host_blocks=0,  # no per-request swap in the engine
+            max_batch_tokens=facts.max_batch_tokens,
+            max_num_seqs=facts.max_num_seqs,
+            dynamic_budget=options.dynamic_budget,
+            beta=options.beta,
+            beta_low=options.beta_low,
+            predictor=options.predictor,
+        )
+        self._policies: dict[ContextPolicy, RankingPolicy] = {
+            p: make_policy(self.config.with_(forced_context_policy=p), self.latency, self)
+            for p in (PRESERVE, DISCARD)
+        }
+        self.predictor = predictor or make_predictor(options.predictor, options.seed)
+        self.dynamic = uses_dynamic_budget(self.config)
+        self._live: dict[str, Request] = {}
+        self._call_policy: dict[str, ContextPolicy] = {}  # what the engine does at its calls
+        self._base_generated: dict[str, int] = {}  # tokens generated in earlier turns
+        self._ended: OrderedDict[str, _EndedTurn] = OrderedDict()
+        self._running_tokens = 0
+        self.decisions: deque[dict[str, Any]] = deque(maxlen=options.decision_log or 1)
+
+    # --- LoadView ------------------------------------------------------------------
+    def running_tokens(self) -> int:
+        return self._running_tokens
+
+    # --- arrivals and returns ------------------------------------------------------
+    def arrive(
+        self,
+        request_id: str,
+        num_tokens: int,
+        now: float,
+        plan: Sequence[Segment] | None = None,
+        *,
+        session: str | None = None,
+        cached_tokens: int = 0,
+        resumable: bool = False,
+        kind: str | None = None,
+    ) -> Request:
+        """A new engine request: a conversation's next turn if `session` ended a turn
+        whose context this one extends, else a new request."""
+        ended = self._take_ended(session, now)
+        if ended is not None and num_tokens >= ended.context_len:
+            kept = cached_tokens + self.facts.block_size > ended.context_len
+            applied = PRESERVE if kept else DISCARD  # the prefix cache held the context
+            mirror = self._continue(
+                ended.mirror, request_id, num_tokens, ended.context_len, ended.end, now, plan
+            )
+            self._base_generated[request_id] = ended.mirror.num_generated_tokens
+            return self._admit(mirror, resumable, now, applied)
+        mirror = Request(
+            request_id=request_id,
+            arrival_time=now,
+            prompt_len=num_tokens,
+            segments=list(plan or [Segment(1)]),
+            kind=kind,
+        )
+        self._base_generated[request_id] = 0
+        return self._admit(mirror, resumable, now, None)
+
+    def resume_stream(
+        self,
+        request_id: str,
+        num_tokens: int,
+        num_computed: int,
+        now: float,
+        plan: Sequence[Segment] | None = None,
+    ) -> None:
+        """A resumable session got its next input after `num_computed` kept tokens; its KV
+        stayed on device (Preserve)."""
+        old = self._live.pop(request_id, None)
+        if old is None:
+            return
+        self._policy(request_id).forget(request_id)
+        start = old.calls[-1].start if old.in_call else now
+        if old.in_call:
+            old.calls.pop()
+        self._base_generated[request_id] = old.num_generated_tokens
+        mirror = self._continue(old, request_id, num_tokens, num_computed, start, now, plan)
+        self._admit(mirror, True, now, PRESERVE)
+
+    def stream_paused(self, request_id: str, now: float) -> None:
+        """A resumable session ended a turn and waits for input, holding its KV."""
+        mirror = self._live.get(request_id)
+        if mirror is not None and not mirror.in_call:
+            mirror.calls.append(CallRecord(start=now, policy=PRESERVE))
+            mirror.context_policy = PRESERVE
+            self._policy(request_id).on_call(mirror, now)
+
+    def _continue(
+        self,
+        old: Request,
+        request_id: str,
+        num_tokens: int,
+        ctx_at_call: int,
+        call_start: float,
+        now: float,
+        plan: Sequence[Segment] | None,
+    ) -> Request:
+        """The mirror of a turn that resumes a call: what our scheduler's `resume` leaves.
+        The tokens past `ctx_at_call` are the call's result."""
+        returned = max(0, num_tokens - ctx_at_call)
+        index = old.segment_index + 1
+        tail = list(plan) if plan else old.segments[index:] or [Segment(1)]
+        mirror = Request(
+            request_id=request_id,
+            arrival_time=old.arrival_time,
+            prompt_len=old.prompt_len,
+            segments=[*old.segments[:index], *tail],
+            kind=old.kind,
+        )
+        mirror.num_tokens = num_tokens
+        mirror.num_generated_tokens = old.num_generated_tokens
+        mirror.num_returned_tokens = old.num_returned_tokens + returned
+        mirror.segment_index = index
+        mirror.queue_time = old.queue_time
+        mirror.calls = [*old.calls, CallRecord(start=call_start, end=now, returned_tokens=returned)]
+        mirror.first_scheduled_time = old.first_scheduled_time
+        return mirror
+
+    def _admit(
+        self, mirror: Request, resumable: bool, now: float, applied: ContextPolicy | None
+    ) -> Request:
+        rid = mirror.request_id
+        mirror.last_scheduled_time = now
+        self._call_policy[rid] = PRESERVE if resumable else DISCARD
+        self._predict(mirror)
+        policy = self._policy(rid)
+        if applied is None:
+            policy.on_arrival(mirror, now)
+        else:
+            mirror.calls[-1].policy = applied
+            policy.on_return(mirror, applied, now)
+        self._live[rid] = mirror
+        return mirror
+
+    def _predict(self, mirror: Request) -> None:
+        pred = self.predictor.predict([mirror])[0]
+        mirror.pred_output_len = pred.output_len
+        mirror.pred_call_time = pred.call_time
+        mirror.pred_return_len = pred.return_len
+
+    # --- ends ------------------------------------------------------------------------
+    def finish(
+        self,
+        request_id: str,
+        now: float,
+        *,
+        num_tokens: int,
+        num_output: int,
+        session: str | None = None,
+        ended_ok: bool = True,
+    ) -> None:
+        """The engine freed the request (`num_tokens` in its context, `num_output` of them
+        generated in this turn). A turn that ended normally in a session is kept for its
+        resubmission."""
+        mirror = self._live.get(request_id)
+        if mirror is None:
+            return
+        self.sync(request_id, num_tokens, num_tokens, num_output, running=False)
+        del self._live[request_id]
+        self._base_generated.pop(request_id, None)
+        self._policy(request_id).forget(request_id)
+        self._call_policy.pop(request_id, None)
+        if session and ended_ok and self.options.max_sessions:
+            self._ended[session] = _EndedTurn(mirror, mirror.num_tokens, now)
+            self._ended.move_to_end(session)
+            self._expire(now)
+
+    def has_ended_turn(self, session: str, now: float) -> bool:
+        """Whether `session` ended a turn whose resubmission is still expected."""
+        self._expire(now)
+        return session in self._ended
+
+    def _take_ended(self, session: str | None, now: float) -> _EndedTurn | None:
+        self._expire(now)
+        return self._ended.pop(session, None) if session else None
+
+    def _expire(self, now: float) -> None:
+        ttl = self.options.session_ttl_s
+        while self._ended and (
+            len(self._ended) > self.options.max_sessions
+            or now - next(iter(self._ended.values())).end > ttl
+        ):
+            self._ended.popitem(last=False)
+
+    # --- each step ---------------------------------------------------------------------
+    def sync(
+        self, request_id: str, num_tokens: int, num_computed: int, num_output: int, running: bool
+    ) -> None:
+        """Copy the engine's token counts into the mirror before ranking."""
+        mirror = self._live.get(request_id)
+        if mirror is None:
+            return
+        mirror.num_tokens = num_tokens
+        mirror.num_computed_tokens = min(num_computed, num_tokens)
+        mirror.segment_generated = num_output
+        mirror.num_generated_tokens = self._base_generated.get(request_id, 0) + num_output
+        mirror.status = RequestStatus.RUNNING if running else RequestStatus.WAITING
+
+    def set_running_tokens(self, tokens: int) -> None:
+        self._running_tokens = tokens
+
+    def order(self, request_ids: Iterable[str], now: float) -> list[str]:
+        """Ids by the policy's sort key (best first); unknown ids keep their order, last."""
+        ids = list(request_ids)
+        known = [i for i in ids if i in self._live]
+        known.sort(key=lambda i: self._policy(i).key(self._live[i], now))
+        return known + [i for i in ids if i not in self._live]
+
+    def preempt_order(self, request_ids: Iterable[str]) -> list[str]:
+        """Ids by the policy's non-aging preempt key: the last is the one to preempt."""
+        ids = list(request_ids)
+        known = [i for i in ids if i in self._live]
+        known.sort(key=lambda i: self._policy(i).preempt_key(self._live[i]))
+        return known + [i for i in ids if i not in self._live]
+
+    def scheduled(self, request_ids: Iterable[str], candidates: Sequence[str], now: float) -> None:
+        """These ran in the step decided at `now`."""
+        ran = set(request_ids)
+        for rid in ran:
+            mirror = self._live.get(rid)
+            if mirror is not None:
+                mirror.last_scheduled_time = now
+                if mirror.first_scheduled_time is None:
+                    mirror.first_scheduled_time = now
+        for policy in self._policies.values():
+            if policy.needs_after_schedule:
+                live = [self._live[c] for c in candidates if c in self._live]
+                policy.after_schedule(live, ran, now)
+
+    def token_budget(self, free_blocks: int, reclaimable_blocks: int) -> int | None:
+        """The dynamic budget for the next step, or None where the policy's is static."""
+        if not self.dynamic:
+            return None
+        return dynamic_token_budget(
+            free_blocks,
+            reclaimable_blocks,
+            self.facts.block_size,
+            self.facts.max_batch_tokens,
+            self.options.beta_low,
+            self.options.beta_high,
+        )
+
+    # --- queries -------------------------------------------------------------------------
+    def mirror(self, request_id: str) -> Request | None:
+        return self._live.get(request_id)
+
+    def cost(self, request_id: str) -> float | None:
+        """AugServe's space-time cost C of the request's segment (None for other policies)."""
+        policy = self._policy(request_id)
+        getter = getattr(policy, "cost", None)
+        return None if getter is None or request_id not in self._live else float(getter(request_id))
+
+    def num_sessions(self) -> int:
+        return len(self._ended)
+
+    def _policy(self, request_id: str) -> RankingPolicy:
+        return self._policies[self._call_policy.get(request_id, DISCARD)]

@@ -1,0 +1,114 @@
+"""The scheduler plugin's options: one frozen, validated dataclass.
+
+They reach the engine process through the outside engine's own config (vLLM:
+`--additional-config '{"augserve": {...}}'`) or, where that is not available,
+the environment variable `AUGSERVE_VLLM_OPTIONS` (a JSON object); keys of the
+config win over the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from augserve.sched.policies import POLICIES
+
+ENV_VAR = "AUGSERVE_VLLM_OPTIONS"
+CONFIG_KEY = "augserve"
+
+
+@dataclass(frozen=True)
+class PluginOptions:
+    """How the plugin ranks and budgets.
+
+    policy: one of our ranking policies (`augserve.sched.policies.POLICIES`).
+    profile: latency profile the cost terms are priced with: a shipped name
+        (`augserve.profiles.list_profiles()`) or a JSON file (`augserve profile`).
+    predictor: `oracle`, `noisy:P` or `learned:DIR` (oracle reads the plan a client
+        sends, else takes `max_tokens` as the output length, see `plan.py`).
+    seed: the noisy predictor's seed.
+    beta: AugServe's waiting-value weight per millisecond.
+    beta_low / beta_high: clip range of the dynamic budget in units of the engine's
+        static budget; beta_high cannot exceed 1 (the engine's batch never grows).
+    dynamic_budget: None takes the policy's default (augserve: dynamic).
+    session_ttl_s / max_sessions: how long and how many ended turns are remembered
+        so that a resubmitted context is recognized as a call's return.
+    decision_log: keep the last N steps' decisions (budget, order, scheduled ids)
+        for tests and diagnostics; 0 keeps none.
+    """
+
+    policy: str = "augserve"
+    profile: str = "opt-13b-h800"
+    predictor: str = "oracle"
+    seed: int = 0
+    beta: float = 5e-5
+    beta_low: float = 0.5
+    beta_high: float = 1.0
+    dynamic_budget: bool | None = None
+    session_ttl_s: float = 600.0
+    max_sessions: int = 100_000
+    decision_log: int = 0
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(
+                f"PluginOptions.policy must be one of {', '.join(POLICIES)}, got {self.policy!r}"
+            )
+        if not self.profile:
+            raise ValueError("PluginOptions.profile must name a profile or a JSON file")
+        if not self.predictor:
+            raise ValueError("PluginOptions.predictor must be a predictor spec")
+        if self.beta < 0:
+            raise ValueError(f"PluginOptions.beta must be >= 0, got {self.beta}")
+        if not 0 < self.beta_low <= self.beta_high:
+            raise ValueError(
+                f"PluginOptions.beta_low must be in (0, beta_high], got {self.beta_low}"
+            )
+        if self.beta_high > 1:
+            raise ValueError(
+                f"PluginOptions.beta_high must be <= 1 (the engine's batch size is its "
+                f"max_num_batched_tokens), got {self.beta_high}"
+            )
+        if self.session_ttl_s <= 0:
+            raise ValueError(f"PluginOptions.session_ttl_s must be > 0, got {self.session_ttl_s}")
+        if self.max_sessions < 0 or self.decision_log < 0:
+            raise ValueError("PluginOptions.max_sessions and decision_log must be >= 0")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], source: str) -> PluginOptions:
+        """Options from a dict; unknown keys and bad values raise ValueError naming `source`."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"{source}: unknown augserve option(s) {unknown}; known: {sorted(known)}"
+            )
+        try:
+            return cls(**dict(data))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{source}: {exc}") from exc
+
+
+def load_options(
+    engine_config: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None
+) -> PluginOptions:
+    """Merge `$AUGSERVE_VLLM_OPTIONS` (JSON) under `engine_config["augserve"]`."""
+    env = os.environ if environ is None else environ
+    merged: dict[str, Any] = {}
+    raw = env.get(ENV_VAR)
+    if raw:
+        try:
+            from_env = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"${ENV_VAR}: not valid JSON: {exc}") from exc
+        if not isinstance(from_env, dict):
+            raise ValueError(f"${ENV_VAR}: expected a JSON object")
+        merged.update(from_env)
+    section = (engine_config or {}).get(CONFIG_KEY) or {}
+    if not isinstance(section, Mapping):
+        raise ValueError(f"additional_config[{CONFIG_KEY!r}] must be an object")
+    merged.update(section)
+    return PluginOptions.from_mapping(merged, source=f"augserve options ({ENV_VAR} / config)")

@@ -1,0 +1,72 @@
+"""What a client tells the plugin about a request, through per-request extra arguments.
+
+vLLM passes `SamplingParams.extra_args` (the OpenAI API's `vllm_xargs`) to the
+scheduler untouched; its values may be strings, numbers or lists of them. Keys:
+
+- `augserve_plan`: the request's remaining segments, the current one first, as a
+  JSON string `[[output_len, call_time or null, return_len], ...]`. The oracle
+  and noisy predictors read it (tests, benchmarks that know their trace).
+- `augserve_kind`: the augmentation kind or tool family (a learned predictor's feature).
+- `augserve_session`: links the turns of one conversation when the engine's own
+  `session_id` is not set (offline `LLM.generate`).
+
+A request without a plan is planned as one segment of `max_tokens` and no call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from augserve.core.request import Segment
+
+PLAN_KEY = "augserve_plan"
+KIND_KEY = "augserve_kind"
+SESSION_KEY = "augserve_session"
+
+
+def encode_plan(segments: Sequence[Segment]) -> str:
+    """The JSON string a client puts under `augserve_plan`."""
+    return json.dumps([[s.output_len, s.call_time, s.return_len] for s in segments])
+
+
+def decode_plan(raw: Any) -> list[Segment]:
+    """Segments from an `augserve_plan` value; ValueError names what is wrong."""
+    try:
+        rows = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{PLAN_KEY}: not valid JSON: {exc}") from exc
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{PLAN_KEY}: expected a non-empty list of segments")
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, list | tuple) or len(row) != 3:
+            raise ValueError(f"{PLAN_KEY}[{i}]: expected [output_len, call_time, return_len]")
+        out_len, call, ret = row
+        try:
+            seg = Segment(int(out_len), None if call is None else float(call), int(ret))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{PLAN_KEY}[{i}]: {exc}") from exc
+        out.append(seg)
+    return out
+
+
+def plan_for(extra: Mapping[str, Any] | None, max_tokens: int | None) -> list[Segment]:
+    """The request's plan: the client's, else one segment of `max_tokens` without a call."""
+    if extra and PLAN_KEY in extra:
+        return decode_plan(extra[PLAN_KEY])
+    return [Segment(max(1, max_tokens or 1))]
+
+
+def session_of(extra: Mapping[str, Any] | None, session_id: str | None) -> str | None:
+    """The engine's session id, else the client's `augserve_session`."""
+    if session_id:
+        return session_id
+    value = (extra or {}).get(SESSION_KEY)
+    return str(value) if value not in (None, "") else None
+
+
+def kind_of(extra: Mapping[str, Any] | None) -> str | None:
+    value = (extra or {}).get(KIND_KEY)
+    return str(value) if value not in (None, "") else None

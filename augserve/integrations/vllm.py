@@ -1,0 +1,219 @@
+"""AugServe scheduling inside vLLM's v1 engine: a `scheduler_cls` (the only module importing vLLM).
+
+    vllm serve MODEL --scheduler-cls augserve.integrations.vllm.AugServeScheduler \\
+        --additional-config '{"augserve": {"profile": "llama3-70b-4xa100"}}'
+
+`AugServeScheduler` subclasses vLLM's `AsyncScheduler` and keeps all of its
+machinery (chunked prefill, prefix caching, preemption, connectors, spec decode,
+structured output); before each step it
+
+1. copies every queued request's token counts into its mirror in `PolicyBridge`;
+2. orders `running` by our policy's preempt key (non-aging: vLLM offers running
+   requests the budget in list order and preempts the last one) and both waiting
+   queues by the policy's sort key (AugServe: value density, which ages);
+3. sets the step's token budget to our dynamic budget over vLLM's free blocks
+   (its free count includes the evictable prefix-cache blocks, our reclaimable).
+
+Arrivals are predicted and costed in `add_request`; a turn that ends is
+remembered by session (`session_id`, or `augserve_session` in the extra args) so
+that its resubmission is refined as a call's return; resumable streaming-input
+sessions are Preserve. Options: `augserve.integrations.options`. The scheduler
+interface is not public in vLLM: versions in `SUPPORTED_VLLM` are the tested ones.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import vllm
+from vllm.logger import init_logger
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request, RequestStatus
+
+from augserve.core.request import Segment
+from augserve.integrations.bridge import EngineFacts, PolicyBridge
+from augserve.integrations.options import load_options
+from augserve.integrations.plan import kind_of, plan_for, session_of
+
+SUPPORTED_VLLM = ("0.32.0",)
+logger = init_logger("vllm.augserve")
+_ENDED_OK = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
+
+
+def _extra(request: Request) -> dict[str, Any] | None:
+    params = request.sampling_params
+    return None if params is None else params.extra_args
+
+
+class _AugServeMixin:
+    """Our ranking and budget over a vLLM v1 scheduler (see the module docstring)."""
+
+    augserve: PolicyBridge
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        sched: Any = self
+        if vllm.__version__ not in SUPPORTED_VLLM:
+            logger.warning(
+                "augserve: vLLM %s is untested (tested: %s); the scheduler interface is "
+                "not public", vllm.__version__, ", ".join(SUPPORTED_VLLM),
+            )  # fmt: skip
+        if sched.policy != SchedulingPolicy.FCFS:
+            raise ValueError(
+                "AugServeScheduler orders the queues itself: run vLLM with "
+                "--scheduling-policy fcfs (the default)"
+            )
+        extra = sched.vllm_config.additional_config
+        options = load_options(extra if isinstance(extra, dict) else None)
+        facts = EngineFacts(
+            block_size=sched.block_size,
+            num_blocks=sched.cache_config.num_gpu_blocks,
+            max_batch_tokens=sched.max_num_scheduled_tokens,
+            max_num_seqs=sched.max_num_running_reqs,
+        )
+        self.augserve = PolicyBridge(options, facts)
+        self._static_budget: int = sched.max_num_scheduled_tokens
+        logger.info(
+            "augserve scheduler: policy %s, predictor %s, profile %s, %s budget (T_max %d), "
+            "%d blocks of %d tokens", options.policy, options.predictor, options.profile,
+            "dynamic" if self.augserve.dynamic else "static", facts.max_batch_tokens,
+            facts.num_blocks, facts.block_size,
+        )  # fmt: skip
+
+    # --- arrivals, turns, ends ------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        sched: Any = self
+        existing: Request | None = sched.requests.get(request.request_id)
+        paused = existing is not None and existing.status == RequestStatus.WAITING_FOR_STREAMING_REQ
+        super().add_request(request)  # type: ignore[misc]
+        now = time.monotonic()
+        if existing is None:
+            self._arrive(request, now)
+        elif paused and existing.status == RequestStatus.WAITING:
+            self.augserve.resume_stream(
+                existing.request_id,
+                existing.num_tokens,
+                existing.num_computed_tokens,
+                now,
+                self._plan(request, explicit_only=True),
+            )
+
+    def _arrive(self, request: Request, now: float) -> None:
+        extra = _extra(request)
+        session = session_of(extra, request.session_id)
+        cached = 0
+        if session is not None and self.augserve.has_ended_turn(session, now):
+            sched: Any = self
+            cached = sched.kv_cache_manager.get_computed_blocks(request)[1]
+        self.augserve.arrive(
+            request.request_id,
+            request.num_tokens,
+            now,
+            self._plan(request),
+            session=session,
+            cached_tokens=cached,
+            resumable=request.resumable,
+            kind=kind_of(extra),
+        )
+
+    def _plan(self, request: Request, explicit_only: bool = False) -> list[Segment] | None:
+        extra = _extra(request)
+        if explicit_only and not (extra and "augserve_plan" in extra):
+            return None
+        try:
+            return plan_for(extra, request.max_tokens)
+        except ValueError as exc:
+            logger.warning("augserve: request %s: %s (plan ignored)", request.request_id, exc)
+            return plan_for(None, request.max_tokens)
+
+    def _handle_stopped_request(self, request: Request) -> bool:
+        finished: bool = super()._handle_stopped_request(request)  # type: ignore[misc]
+        if not finished:  # a streaming session ended a turn and keeps its KV
+            now = time.monotonic()
+            self.augserve.stream_paused(request.request_id, now)
+            if request.status == RequestStatus.WAITING:  # its next input was queued
+                self.augserve.resume_stream(
+                    request.request_id,
+                    request.num_tokens,
+                    request.num_computed_tokens,
+                    now,
+                    self._plan(request, explicit_only=True),
+                )
+        return finished
+
+    def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        result = super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
+        self.augserve.finish(
+            request.request_id,
+            time.monotonic(),
+            num_tokens=request.num_tokens,
+            num_output=request.num_output_tokens,
+            session=session_of(_extra(request), request.session_id),
+            ended_ok=request.status in _ENDED_OK,
+        )
+        return result
+
+    # --- each step -------------------------------------------------------------------
+    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        sched: Any = self
+        now = time.monotonic()
+        candidates = self._rank(now)
+        free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+        budget = self.augserve.token_budget(free, 0)
+        sched.max_num_scheduled_tokens = self._static_budget if budget is None else budget
+        out: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        self.augserve.scheduled(out.num_scheduled_tokens, candidates, now)
+        if self.augserve.options.decision_log:
+            self.augserve.decisions.append(
+                {
+                    "now": now,
+                    "budget": sched.max_num_scheduled_tokens,
+                    "free_blocks": free,
+                    "candidates": candidates,
+                    "scheduled": dict(out.num_scheduled_tokens),
+                }
+            )
+        return out
+
+    def _rank(self, now: float) -> list[str]:
+        """Sync the mirrors, then order `running` and the waiting queues in place."""
+        sched: Any = self
+        bridge = self.augserve
+        running_tokens = 0
+        for req in sched.running:
+            bridge.sync(req.request_id, req.num_tokens, req.num_computed_tokens,
+                        req.num_output_tokens, running=True)  # fmt: skip
+            running_tokens += req.num_computed_tokens
+        queues: list[RequestQueue] = [sched.kv_holding_waiting, sched.waiting]
+        for queue in queues:
+            for req in queue:
+                bridge.sync(req.request_id, req.num_tokens, req.num_computed_tokens,
+                            req.num_output_tokens, running=False)  # fmt: skip
+        bridge.set_running_tokens(running_tokens)
+        rank = _positions(bridge.preempt_order(r.request_id for r in sched.running))
+        sched.running.sort(key=lambda r: rank[r.request_id])
+        candidates = [r.request_id for r in sched.running]
+        for queue in queues:
+            ordered = _positions(bridge.order((r.request_id for r in queue), now))
+            items = sorted(queue, key=lambda r: ordered[r.request_id])
+            queue.clear()  # type: ignore[attr-defined]
+            queue.extend(items)  # type: ignore[attr-defined]
+            candidates += [r.request_id for r in items]
+        return candidates
+
+
+def _positions(ids: Iterable[str]) -> dict[str, int]:
+    return {rid: i for i, rid in enumerate(ids)}
+
+
+class AugServeScheduler(_AugServeMixin, AsyncScheduler):
+    """vLLM's async scheduler with AugServe's ranking and dynamic budget."""
+
+
+class AugServeSyncScheduler(_AugServeMixin, Scheduler):
+    """The same over vLLM's synchronous scheduler (vLLM turns async scheduling off)."""
