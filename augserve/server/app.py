@@ -100,6 +100,8 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
 
     @app.get("/health")
     async def health() -> JSONResponse:
+        if state.failure is not None:
+            return JSONResponse({"status": f"engine failed: {state.failure}"}, status_code=503)
         if state.draining:
             return JSONResponse({"status": "shutting down"}, status_code=503)
         return JSONResponse({"status": "ok"})

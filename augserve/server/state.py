@@ -48,6 +48,7 @@ class ServerState:
     limits: ServerLimits = field(default_factory=ServerLimits)
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False
+    failure: str | None = None  # set when the engine loop has failed
     # request id in the engine -> a function that ends its choice at once (shutdown)
     live: dict[str, Callable[[], None]] = field(default_factory=dict)
 

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # augserve_test_tools
 
 HERE = Path(__file__).resolve().parent
 MODEL = "test-model"
+POISON = 666  # a request with this seed makes the forward raise
 
 
 class ScriptedSampler:
@@ -37,6 +38,8 @@ class ScriptedSampler:
     def __call__(self, logits: Any, params: list[Any], positions: list[int] | None = None) -> list:
         out = self.base(logits, params, positions)
         with self.lock:
+            if any(p.seed == POISON for p in params):
+                raise RuntimeError("the forward failed (poisoned seed)")
             for row, p in enumerate(params):
                 q = self.scripts.get(p.seed) if p.seed is not None else None
                 if q is not None:
@@ -142,6 +145,7 @@ def start_server(
     tools_file: Path | None = None,
     api_key: str | None = None,
     limits: Any = None,
+    chat_template: Path | None = None,
     **engine: Any,
 ) -> LiveServer:
     import torch
@@ -157,7 +161,10 @@ def start_server(
     sampler = ScriptedSampler(llm_engine.runner.sampler, eos=1)
     llm_engine.runner.sampler = sampler
     opts = ServeOptions(
-        (MODEL,), str(tools_file) if tools_file else None, limits=limits or ServerLimits()
+        (MODEL,),
+        str(tools_file) if tools_file else None,
+        str(chat_template) if chat_template else None,
+        limits=limits or ServerLimits(),
     )
     state = build_state(AsyncLLMEngine(llm_engine), model_dir, opts)
     handle = BackgroundServer(state, api_key=api_key).start()

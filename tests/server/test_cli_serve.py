@@ -28,10 +28,31 @@ def free_port() -> int:
 
 def test_flags_follow_vllm() -> None:
     args = build_parser().parse_args(
-        ["serve", "--model", "m", "--host", "0.0.0.0", "--port", "9000", "--served-model-name",
-         "a", "b", "--max-model-len", "256", "--dtype", "float32", "--api-key", "k",
-         "--policy", "vllm", "--tools", "t.yaml", "--predictor", "noisy:0.2"]
-    )  # fmt: skip
+        [
+            "serve",
+            "--model",
+            "m",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "9000",
+            "--served-model-name",
+            "a",
+            "b",
+            "--max-model-len",
+            "256",
+            "--dtype",
+            "float32",
+            "--api-key",
+            "k",
+            "--policy",
+            "vllm",
+            "--tools",
+            "t.yaml",
+            "--predictor",
+            "noisy:0.2",
+        ]
+    )
     assert (args.host, args.port, args.served_model_name) == ("0.0.0.0", 9000, ["a", "b"])
     assert (args.max_model_len, args.dtype, args.api_key) == (256, "float32", "k")
     assert (args.policy, args.tools, args.predictor) == ("vllm", "t.yaml", "noisy:0.2")
@@ -44,8 +65,22 @@ def test_default_model_serves_and_sigterm_shuts_down_cleanly(tmp_path: Path) -> 
     port = free_port()
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "AUGSERVE_API_KEY": "k"}
     log = (tmp_path / "server.log").open("w")
-    cmd = [sys.executable, "-m", "augserve", "serve", "--port", str(port), "--threads", "1",
-           "--shutdown-grace", "0.5", "--dtype", "float32", "--log-level", "info"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "augserve",
+        "serve",
+        "--port",
+        str(port),
+        "--threads",
+        "1",
+        "--shutdown-grace",
+        "0.5",
+        "--dtype",
+        "float32",
+        "--log-level",
+        "info",
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     headers = {"Authorization": "Bearer k"}
@@ -64,8 +99,12 @@ def test_default_model_serves_and_sigterm_shuts_down_cleanly(tmp_path: Path) -> 
         assert "chat_template" in json.loads((model_dir / "tokenizer_config.json").read_text())
         models = httpx.get(url + "/v1/models", headers=headers).json()
         assert [m["id"] for m in models["data"]] == ["augserve-default"]
-        body = {"model": "augserve-default", "max_tokens": 6, "temperature": 0,
-                "messages": [{"role": "user", "content": "Hello!"}]}  # fmt: skip
+        body = {
+            "model": "augserve-default",
+            "max_tokens": 6,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": "Hello!"}],
+        }
         r = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=60)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
 
@@ -73,8 +112,9 @@ def test_default_model_serves_and_sigterm_shuts_down_cleanly(tmp_path: Path) -> 
 
         def long_stream() -> None:
             req = {**body, "max_tokens": 1500, "ignore_eos": True, "stream": True}
-            with httpx.stream("POST", url + "/v1/chat/completions", json=req, headers=headers,
-                              timeout=60) as resp:  # fmt: skip
+            with httpx.stream(
+                "POST", url + "/v1/chat/completions", json=req, headers=headers, timeout=60
+            ) as resp:
                 for line in resp.iter_lines():
                     if line.startswith("data: {"):
                         events.append(json.loads(line[6:]))

@@ -228,3 +228,38 @@ def test_completions_endpoint(mcp_server: LiveServer, client: OpenAI) -> None:
         for ch in c.choices:
             texts[ch.index] += ch.text
     assert texts[0] == texts[1] and texts[0]  # greedy: both prompts agree
+
+
+def test_metrics_exposition(mcp_server: LiveServer, client: OpenAI) -> None:
+    def count(name: str, **labels: str) -> float:
+        return mcp_server.metric(name, **labels)
+
+    before = {
+        "ttft": count("augserve_time_to_first_token_seconds_count"),
+        "norm": count("augserve_normalized_latency_seconds_per_token_count"),
+        "stop": count("augserve_requests_finished_total", finish_reason="stop"),
+        "tool": count("augserve_tool_call_duration_seconds_count", tool="add"),
+    }
+    mcp_server.script(400, call_text("add", a=1, b=2), "3")
+    client.chat.completions.create(model=MODEL, messages=USER, seed=400, max_tokens=100)
+    mcp_server.wait_idle()
+    assert count("augserve_time_to_first_token_seconds_count") == before["ttft"] + 1
+    assert count("augserve_normalized_latency_seconds_per_token_count") == before["norm"] + 1
+    assert count("augserve_requests_finished_total", finish_reason="stop") == before["stop"] + 1
+    assert count("augserve_tool_call_duration_seconds_count", tool="add") == before["tool"] + 1
+    assert count("augserve_kv_blocks_total", location="device") == 512
+    assert count("augserve_kv_blocks_total", location="host") == 64
+    assert count("augserve_token_budget") > 0
+    names = {k[0] for k in mcp_server.metrics()}
+    for family in (
+        "augserve_num_requests_paused",
+        "augserve_num_requests_swapped",
+        "augserve_requests_slo_met_total",
+        "augserve_client_tool_calls_total",
+    ):
+        assert family in names, family
+    for policy in ("preserve", "swap", "discard"):
+        assert (
+            "augserve_num_requests_paused",
+            (("context_policy", policy),),
+        ) in mcp_server.metrics()

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import MODEL, LiveServer, call_text, start_server, write_tools
+from conftest import MODEL, POISON, LiveServer, call_text, start_server, write_tools
 
 from augserve.server.state import ServerLimits
 
@@ -275,3 +275,22 @@ def test_disconnect_during_a_tool_call(srv: LiveServer) -> None:
     srv.wait_idle(timeout=10)
     assert srv.metric("augserve_requests_finished_total", finish_reason="abort") == aborted + 1
     assert srv.metric("augserve_num_requests", state="paused") == 0
+
+
+# --- a failed engine --------------------------------------------------------------------
+def test_failed_forward_gives_500s_and_the_server_stays_up(chat_model_dir: Path) -> None:
+    s = start_server(chat_model_dir, max_model_len=1024)
+    try:
+        r = httpx.post(s.url + "/v1/chat/completions", json=chat(seed=POISON), timeout=30)
+        assert_error(r, 500, "generation failed")
+        with httpx.stream("POST", s.url + "/v1/chat/completions", timeout=30,
+                          json=chat(stream=True)) as resp:  # fmt: skip
+            assert resp.status_code == 200
+            lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
+        assert lines[-1] == "data: [DONE]"
+        assert any('"error"' in line and "generation failed" in line for line in lines)
+        health = httpx.get(s.url + "/health")
+        assert health.status_code == 503 and "engine failed" in health.json()["status"]
+        assert httpx.get(s.url + "/v1/models").status_code == 200  # still serving HTTP
+    finally:
+        s.stop()

@@ -15,7 +15,7 @@ from schemathesis import GenerationMode
 
 from augserve.server.state import ServerLimits
 
-EXAMPLES = 120
+EXAMPLES = 100
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,13 @@ def test_no_input_gets_a_server_error(srv: LiveServer) -> None:
     )
     seen: dict[int, int] = {}
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(case=cases, our_model=st.booleans())
     def fuzz(case: schemathesis.Case, our_model: bool) -> None:
         if our_model and isinstance(case.body, dict) and "model" in case.body:

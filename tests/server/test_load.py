@@ -1,70 +1,123 @@
 """A bounded load test on loopback: 64 concurrent streaming clients, each making a
-server-side tool call, on a KV cache too small to hold them all at once (so the
-scheduler preserves, swaps or discards paused requests). Every request completes
-with its own answer, none is lost or duplicated, and KV usage returns to zero."""
+server-side tool call, on a KV cache too small to hold them all at once (so requests
+queue, and paused ones are preserved, swapped or discarded as the policy decides).
+Every request completes with its own answer, none is lost or duplicated, and KV
+usage returns to zero afterwards."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
-from conftest import MODEL, call_text, start_server
+from conftest import MODEL, LiveServer, call_text, start_server
 from openai import AsyncOpenAI
 
 N = 64
+# a short template keeps the prompts small, so the test measures concurrency, not prefill
+COMPACT = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+class PeakWatcher(threading.Thread):
+    """Polls /metrics while the load runs and keeps the peak of each gauge."""
+
+    def __init__(self, srv: LiveServer) -> None:
+        super().__init__(daemon=True)
+        self.srv, self.peak, self.stop = srv, {}, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for key, value in self.srv.metrics().items():
+                if key[0].startswith(("augserve_num_requests", "augserve_kv_blocks_used")):
+                    self.peak[key] = max(self.peak.get(key, 0.0), value)
+            time.sleep(0.2)
+
+    def max(self, name: str, **labels: str) -> float:
+        return self.peak.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def one(client: AsyncOpenAI, k: int) -> tuple[str, str, str | None, list]:
+    stream = await client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": f"Add {k} and 1000."}],
+        seed=1000 + k,
+        max_tokens=300,
+        stream=True,
+        extra_body={"tool_trace": True},
+    )
+    ids, text, finish, trace = set(), "", None, []
+    async for chunk in stream:
+        ids.add(chunk.id)
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            if c.finish_reason:
+                finish, trace = c.finish_reason, c.model_extra.get("tool_trace", [])
+    (cid,) = ids
+    return cid, text, finish, trace
+
+
+def run_clients(url: str) -> list[tuple[str, str, str | None, list]]:
+    async def main() -> list[tuple[str, str, str | None, list]]:
+        client = AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=300)
+        try:
+            return list(await asyncio.gather(*(one(client, k) for k in range(N))))
+        finally:
+            await client.close()
+
+    return asyncio.run(main())
 
 
 def test_64_streaming_clients_with_tool_calls(
     chat_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    tools = tmp_path_factory.mktemp("load") / "tools.json"
-    tools.write_text(json.dumps({"tools": [
-        {"name": "add", "python": "augserve_test_tools:add", "max_concurrency": 16}]}))  # fmt: skip
-    srv = start_server(chat_model_dir, tools, num_device_blocks=1200, num_host_blocks=400,
-                       max_num_seqs=64, max_batch_tokens=1024)  # fmt: skip
+    d = tmp_path_factory.mktemp("load")
+    (d / "tools.json").write_text(
+        json.dumps(
+            {"tools": [{"name": "add", "python": "augserve_test_tools:add", "max_concurrency": 16}]}
+        )
+    )
+    (d / "template.jinja").write_text(COMPACT)
+    srv = start_server(
+        chat_model_dir,
+        d / "tools.json",
+        chat_template=d / "template.jinja",
+        num_device_blocks=300,
+        num_host_blocks=64,
+        max_num_seqs=64,
+        max_batch_tokens=512,
+    )
     try:
         for k in range(N):
             srv.script(1000 + k, f"Adding {k}. ", call_text("add", a=k, b=1000), f"Sum {k + 1000}.")
-        finished_before = srv.metric("augserve_requests_finished_total", finish_reason="stop")
-
-        async def one(client: AsyncOpenAI, k: int) -> tuple[str, str, str | None, list]:
-            stream = await client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": f"Add {k} and 1000."}],
-                seed=1000 + k, max_tokens=300, stream=True, extra_body={"tool_trace": True},
-            )  # fmt: skip
-            ids, text, finish, trace = set(), "", None, []
-            async for chunk in stream:
-                ids.add(chunk.id)
-                for c in chunk.choices:
-                    text += c.delta.content or ""
-                    if c.finish_reason:
-                        finish, trace = c.finish_reason, c.model_extra.get("tool_trace", [])
-            (cid,) = ids
-            return cid, text, finish, trace
-
-        async def run_all() -> list[tuple[str, str, str | None, list]]:
-            client = AsyncOpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0,
-                                 timeout=300)  # fmt: skip
-            try:
-                return list(await asyncio.gather(*(one(client, k) for k in range(N))))
-            finally:
-                await client.close()
-
-        results = asyncio.run(run_all())
+        stops_before = srv.metric("augserve_requests_finished_total", finish_reason="stop")
+        watcher = PeakWatcher(srv)
+        watcher.start()
+        results = run_clients(srv.url)
+        watcher.stop.set()
+        watcher.join()
         assert len({cid for cid, *_ in results}) == N  # no response duplicated
         for k, (_, text, finish, trace) in enumerate(results):
             assert (text, finish) == (f"Adding {k}. Sum {k + 1000}.", "stop"), k
             assert [(t["name"], t["result"]) for t in trace] == [("add", str(k + 1000))]
         srv.wait_idle(timeout=30)
         m = srv.metrics()
-        after = m[("augserve_requests_finished_total", (("finish_reason", "stop"),))]
-        assert after - finished_before == N  # none lost, none counted twice
+        stops = m[("augserve_requests_finished_total", (("finish_reason", "stop"),))]
+        assert stops - stops_before == N  # none lost, none counted twice
         assert m[("augserve_tool_calls_total", (("tool", "add"),))] == N
         for loc in ("device", "host"):
             assert m[("augserve_kv_blocks_used", (("location", loc),))] == 0
         for state in ("waiting", "running", "paused", "swapped"):
             assert m[("augserve_num_requests", (("state", state),))] == 0
+        # the KV cache was the bottleneck: requests queued, the device filled up, and
+        # requests sat paused in their calls while others ran
+        assert watcher.max("augserve_num_requests", state="waiting") > 0
+        assert watcher.max("augserve_kv_blocks_used", location="device") >= 0.9 * 300
+        assert watcher.max("augserve_num_requests", state="paused") > 0
     finally:
         srv.stop()
