@@ -1,6 +1,9 @@
-"""A small MCP server for the tests, run over stdio: `python mcp_test_server.py`."""
+"""A small MCP server for the tests: `python mcp_test_server.py` (stdio) or
+`python mcp_test_server.py --http PORT` (streamable HTTP on 127.0.0.1:PORT/mcp)."""
 
 from __future__ import annotations
+
+import sys
 
 from mcp.server.mcpserver import MCPServer
 
@@ -26,4 +29,7 @@ def fail(reason: str) -> str:
 
 
 if __name__ == "__main__":
-    app.run()
+    if sys.argv[1:2] == ["--http"]:
+        app.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        app.run()

@@ -283,8 +283,9 @@ def test_failed_forward_gives_500s_and_the_server_stays_up(chat_model_dir: Path)
     try:
         r = httpx.post(s.url + "/v1/chat/completions", json=chat(seed=POISON), timeout=30)
         assert_error(r, 500, "generation failed")
-        with httpx.stream("POST", s.url + "/v1/chat/completions", timeout=30,
-                          json=chat(stream=True)) as resp:  # fmt: skip
+        with httpx.stream(
+            "POST", s.url + "/v1/chat/completions", timeout=30, json=chat(stream=True)
+        ) as resp:
             assert resp.status_code == 200
             lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
         assert lines[-1] == "data: [DONE]"

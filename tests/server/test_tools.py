@@ -256,3 +256,65 @@ def test_http_tools(http_backend: str) -> None:
     assert json.loads(posted.text) == {"body": {"x": [1, 2]}}
     assert failed.error == "exception" and "HTTP 500" in failed.text and "exploded" in failed.text
     assert redirected.error == "exception" and "HTTP 302" in redirected.text
+
+
+# --- MCP over streamable HTTP (stdio is covered end to end) ----------------------------
+def test_mcp_over_streamable_http(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = Path(__file__).with_name("mcp_test_server.py")
+    log = (tmp_path / "mcp.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, str(server), "--http", str(port)], stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert proc.poll() is None and time.monotonic() < deadline, "MCP server did not start"
+            time.sleep(0.1)
+        cfg = ToolsConfig.from_dict(
+            {
+                "mcp_servers": [
+                    {"name": "web", "url": f"http://127.0.0.1:{port}/mcp", "tools": ["add", "fail"]}
+                ]
+            }
+        )
+        reg = ToolRegistry(cfg)
+
+        async def use() -> list[ToolOutcome]:
+            await reg.start()
+            try:
+                assert sorted(reg.tools) == ["add", "fail"]  # filtered: no "shout"
+                return [
+                    await reg.run(ParsedCall("add", {"a": 20, "b": 22})),
+                    await reg.run(ParsedCall("fail", {"reason": "on purpose"})),
+                    await reg.run(ParsedCall("add", {"a": 1})),
+                ]
+            finally:
+                await reg.close()
+
+        added, failed, missing = asyncio.run(use())
+        assert (added.error, added.text) == (None, "42")
+        assert failed.error == "exception" and failed.text.startswith("Error: 'fail' failed")
+        assert missing.error == "invalid_arguments" and "'b' is a required property" in missing.text
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def test_unreachable_mcp_server_fails_at_start() -> None:
+    cfg = ToolsConfig.from_dict(
+        {"mcp_servers": [{"name": "gone", "command": "/nonexistent/mcp-server", "timeout": 5}]}
+    )
+    with pytest.raises(ValueError, match="MCP server 'gone'.*cannot connect"):
+        asyncio.run(ToolRegistry(cfg).start())
