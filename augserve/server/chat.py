@@ -44,7 +44,7 @@ def prepare(state: ServerState, req: ChatCompletionRequest) -> tuple[list[int], 
     state.check_model(req.model)
     state.check_n(req.n)
     tools = RequestTools(req, state.registry, state.parser_name)
-    prompt = state.encode_prompt(_render(state, req, tools), special=False)
+    prompt = state.encode_prompt(_render(state, req, tools), special=False, param="messages")
     max_tokens = state.max_tokens_for(req.token_limit, len(prompt), None)
     stop_strings, stop_ids = state.end_markers()
     choices = []

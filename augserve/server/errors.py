@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("augserve.server")
@@ -57,11 +58,23 @@ def error_body(
     return {"error": {"message": message, "type": err.type, "param": param, "code": code}}
 
 
-def error_response(err: APIError) -> JSONResponse:
+def error_response(err: APIError) -> Response:
+    """ASCII JSON: a message may quote client text that is not valid Unicode."""
     body = {
         "error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}
     }
-    return JSONResponse(body, status_code=err.status)
+    return Response(json.dumps(body), status_code=err.status, media_type="application/json")
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "body"}
+
+
+def _is_field(part: Any) -> bool:
+    """A field name or an index in an error location (not pydantic's union tags such as
+    'constrained-str' or 'list[int]')."""
+    if isinstance(part, int):
+        return True
+    return isinstance(part, str) and part.isidentifier() and part not in _TYPE_TAGS
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -69,7 +82,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     if not errors:
         return "invalid request", None
     e = errors[0]
-    loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+    loc = [str(p) for p in e.get("loc", ()) if _is_field(p)]
     if e.get("type") == "json_invalid":
         return f"the request body is not valid JSON ({e.get('msg', '')})", None
     param = ".".join(loc) or None
@@ -81,16 +94,16 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
+    async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, APIError)
         return error_response(exc)
 
-    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+    async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         msg, param = _validation_message(exc)
         return error_response(APIError(400, msg, param))
 
-    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+    async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         msg = str(exc.detail) if exc.detail else "error"
         if exc.status_code == 404:
@@ -100,7 +113,7 @@ def install_error_handlers(app: FastAPI) -> None:
             resp.headers[k] = v
         return resp
 
-    async def on_crash(request: Request, exc: Exception) -> JSONResponse:
+    async def on_crash(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(APIError(500, f"internal error: {type(exc).__name__}"))
 

@@ -117,8 +117,18 @@ class ServerState:
                 strings.append(marker)
         return strings, ids
 
-    def encode_prompt(self, prompt: str | list[int], special: bool) -> list[int]:
+    def encode_prompt(
+        self, prompt: str | list[int], special: bool, param: str = "prompt"
+    ) -> list[int]:
         if isinstance(prompt, str):
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError as exc:  # a lone surrogate from a JSON "\\ud800"
+                raise APIError(
+                    400,
+                    f"the text is not valid Unicode ({exc.reason} at character {exc.start})",
+                    param=param,
+                ) from None
             ids = self.tokenizer.encode(prompt, add_special_tokens=special)
         else:
             ids = list(prompt)

@@ -133,6 +133,26 @@ def test_invalid_tool_arguments(http: httpx.Client) -> None:
     assert_error(http.post("/v1/chat/completions", json=chat(tools=dup)), 400, "declared twice")
 
 
+def test_text_that_is_not_unicode(http: httpx.Client) -> None:
+    """A JSON escape of a lone surrogate is valid JSON but not valid text."""
+    cases = [
+        (
+            "/v1/chat/completions",
+            "messages",
+            b'{"model": "test-model", "messages": [{"role": "user", "content": "a\\ud800"}]}',
+        ),
+        ("/v1/completions", "prompt", b'{"model": "test-model", "prompt": "a\\udfff b"}'),
+        (
+            "/v1/chat/completions",
+            "model",
+            b'{"model": "\\ud800", "messages": [{"role": "user", "content": "a"}]}',
+        ),
+    ]
+    for path, param, body in cases:
+        r = http.post(path, content=body, headers={"content-type": "application/json"})
+        assert 400 <= r.status_code < 500 and r.json()["error"]["param"] == param, r.text
+
+
 def test_completions_bad_input(http: httpx.Client) -> None:
     assert_error(
         http.post("/v1/completions", json={"model": MODEL, "prompt": [10**6]}),
