@@ -5,6 +5,9 @@ freed; a wrong or missing API key gets 401."""
 
 from __future__ import annotations
 
+import json
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -280,18 +283,24 @@ def test_disconnect_mid_stream_aborts_and_frees_kv(srv: LiveServer) -> None:
     assert srv.metric("augserve_requests_finished_total", finish_reason="abort") == aborted + 1
 
 
-def test_disconnect_during_a_tool_call(srv: LiveServer) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_disconnect_during_a_tool_call(srv: LiveServer, stream: bool) -> None:
+    """A client that leaves while its request is paused in a (slow) tool call."""
     srv.wait_idle()
     aborted = srv.metric("augserve_requests_finished_total", finish_reason="abort")
-    srv.script(502, call_text("slow_weather", seconds=1.5), "never")
-    body = chat(seed=502, max_tokens=300)
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(
-            srv.url + "/v1/chat/completions",
-            json=body,
-            timeout=0.5,
-            headers={"Authorization": "Bearer sk-right"},
-        )
+    srv.script(502, call_text("slow_weather", seconds=3), "never")
+    body = json.dumps(chat(seed=502, max_tokens=300, stream=stream)).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-right"
+        f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    sock = socket.create_connection(("127.0.0.1", srv.handle.port))
+    sock.sendall(head.encode() + body)
+    deadline = time.monotonic() + 20
+    while srv.metric("augserve_num_requests", state="paused") != 1:
+        assert time.monotonic() < deadline, "the request never reached its tool call"
+        time.sleep(0.05)
+    sock.close()  # gone while the tool runs
     srv.wait_idle(timeout=10)
     assert srv.metric("augserve_requests_finished_total", finish_reason="abort") == aborted + 1
     assert srv.metric("augserve_num_requests", state="paused") == 0
