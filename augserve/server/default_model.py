@@ -21,7 +21,7 @@ from pathlib import Path
 from augserve.engine.chat import CHATML_TEMPLATE
 
 DEFAULT_MODEL_NAME = "augserve-default"
-RECIPE = {"arch": "llama", "preset": "small", "seed": 0, "recipe": 1}
+RECIPE: dict[str, str | int] = {"arch": "llama", "preset": "small", "seed": 0, "recipe": 1}
 MARKER = "augserve-default-model.json"
 
 

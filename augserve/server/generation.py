@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,7 +26,7 @@ from augserve.server.request_tools import CallExecutor, openai_tool_calls
 from augserve.server.state import ServerState
 
 if TYPE_CHECKING:
-    from augserve.engine.engine import RequestOutput
+    from augserve.engine.outputs import RequestOutput
 
 
 @dataclass
@@ -90,7 +90,7 @@ class Ended:
 
 async def run_choice(
     state: ServerState, prompt: list[int], choice: Choice, request_id: str
-) -> AsyncIterator[RequestOutput]:
+) -> AsyncGenerator[RequestOutput, None]:
     """One `generate()` call. Closing this generator early (a client gone) closes the
     engine's at once, which aborts the request and frees its KV blocks."""
     finished, reason = False, "abort"
@@ -119,7 +119,7 @@ _DONE = object()
 
 async def merge_choices(
     state: ServerState, prompt: list[int], choices: Sequence[Choice], base_id: str
-) -> AsyncIterator[tuple[int, RequestOutput | Ended]]:
+) -> AsyncGenerator[tuple[int, RequestOutput | Ended], None]:
     """(choice index, output) from all choices, in arrival order. Each choice runs in
     its own task; `state.live` maps its request id to a function that ends it at once
     (for the shutdown, when an aborted request's final output does not come)."""

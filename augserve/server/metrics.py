@@ -70,7 +70,7 @@ class ServerMetrics:
     def __init__(self, stats: Callable[[], Any], slo: SLOConfig) -> None:
         self.slo = slo
         self.registry = CollectorRegistry()
-        self.registry.register(_EngineCollector(stats))  # type: ignore[arg-type]
+        self.registry.register(_EngineCollector(stats))
         r = self.registry
         self.ttft = Histogram(
             "augserve_time_to_first_token_seconds",

@@ -157,5 +157,5 @@ class CompletionRequest(_SamplingFields):
         if isinstance(p, str):
             return [p]
         if all(isinstance(x, int) for x in p):
-            return [[int(x) for x in p]]  # type: ignore[union-attr]
-        return list(p)  # type: ignore[arg-type]
+            return [[x for x in p if isinstance(x, int)]]
+        return [x for x in p if isinstance(x, str | list)]
