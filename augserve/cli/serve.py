@@ -119,6 +119,20 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=_serve)
 
 
+def _auto_dtype(model_dir: str) -> str | None:
+    """`--dtype auto`, as in vLLM: the dtype the model was saved in (config.json's
+    `torch_dtype`); None (the engine's default) when it does not say."""
+    import json
+    from pathlib import Path
+
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    saved = cfg.get("torch_dtype") or cfg.get("dtype")
+    return _DTYPES.get(saved) if isinstance(saved, str) else None
+
+
 def _serve(args: argparse.Namespace) -> int:
     from augserve.core.metrics import SLOConfig
     from augserve.engine.async_engine import AsyncLLMEngine
@@ -135,10 +149,11 @@ def _serve(args: argparse.Namespace) -> int:
         names = names or [DEFAULT_MODEL_NAME]
     names = names or [args.model]
     swap = int(args.swap_space * 2**30) if args.swap_space else None
+    dtype = _DTYPES[args.dtype] if args.dtype != "auto" else _auto_dtype(model)
     eargs = EngineArgs(
         model=model,
         policy=args.policy,
-        dtype=_DTYPES[args.dtype],
+        dtype=dtype,
         device=args.device,
         block_size=args.block_size,
         num_device_blocks=args.num_device_blocks,

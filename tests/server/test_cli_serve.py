@@ -57,8 +57,21 @@ def test_flags_follow_vllm() -> None:
     assert (args.max_model_len, args.dtype, args.api_key) == (256, "float32", "k")
     assert (args.policy, args.tools, args.predictor) == ("vllm", "t.yaml", "noisy:0.2")
     assert build_parser().parse_args(["serve"]).host == "127.0.0.1"
+    assert build_parser().parse_args(["serve"]).dtype == "auto"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--port", "70000"])
+
+
+def test_auto_dtype_is_the_saved_one(tmp_path: Path) -> None:
+    from augserve.cli.serve import _auto_dtype
+
+    (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16"}))
+    assert _auto_dtype(str(tmp_path)) == "bf16"
+    (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": "float32"}))
+    assert _auto_dtype(str(tmp_path)) == "fp32"
+    (tmp_path / "config.json").write_text("{}")
+    assert _auto_dtype(str(tmp_path)) is None  # the engine's default
+    assert _auto_dtype(str(tmp_path / "missing")) is None
 
 
 def test_default_model_serves_and_sigterm_shuts_down_cleanly(tmp_path: Path) -> None:
