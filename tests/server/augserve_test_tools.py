@@ -24,6 +24,12 @@ async def add(a: int, b: int) -> int:
     return a + b
 
 
+async def add_slowly(a: int, b: int, ms: int = 200) -> int:
+    """Add two integers, taking `ms` milliseconds."""
+    await asyncio.sleep(ms / 1000)
+    return a + b
+
+
 def boom(x: str = "") -> str:
     raise RuntimeError(f"boom {x}")
 

@@ -79,7 +79,15 @@ def test_64_streaming_clients_with_tool_calls(
     d = tmp_path_factory.mktemp("load")
     (d / "tools.json").write_text(
         json.dumps(
-            {"tools": [{"name": "add", "python": "augserve_test_tools:add", "max_concurrency": 16}]}
+            {
+                "tools": [
+                    {
+                        "name": "add",
+                        "python": "augserve_test_tools:add_slowly",
+                        "max_concurrency": 16,
+                    }
+                ]
+            }
         )
     )
     (d / "template.jinja").write_text(COMPACT)
@@ -94,7 +102,9 @@ def test_64_streaming_clients_with_tool_calls(
     )
     try:
         for k in range(N):
-            srv.script(1000 + k, f"Adding {k}. ", call_text("add", a=k, b=1000), f"Sum {k + 1000}.")
+            srv.script(
+                1000 + k, f"Adding {k}. ", call_text("add", a=k, b=1000, ms=200), f"Sum {k + 1000}."
+            )
         stops_before = srv.metric("augserve_requests_finished_total", finish_reason="stop")
         watcher = PeakWatcher(srv)
         watcher.start()
