@@ -16,9 +16,16 @@ def add_parser(subparsers: Any) -> None:
         "make-model", help="write a random-weight model dir (tests, benchmarks)"
     )
     mk.add_argument("--arch", default="llama", choices=("llama", "qwen2", "mistral", "opt", "gptj"))
-    mk.add_argument("--preset", default="tiny", choices=("tiny", "small", "100m"))
+    mk.add_argument(
+        "--preset", default="small", choices=("tiny", "small", "100m"), help="default: small"
+    )
     mk.add_argument("--out", required=True, help="output directory")
     mk.add_argument("--seed", type=int, default=0)
+    mk.add_argument(
+        "--untied",
+        action="store_true",
+        help="an LM head of its own (a tied random model mostly repeats its last prompt token)",
+    )
     mk.set_defaults(func=_make_model)
 
     gen = subparsers.add_parser("generate", help="generate text offline with the engine")
@@ -64,7 +71,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
 def _make_model(args: argparse.Namespace) -> int:
     from augserve.engine.make_model import make_model
 
-    print(make_model(args.arch, args.preset, args.out, args.seed))
+    print(make_model(args.arch, args.preset, args.out, args.seed, untied=args.untied))
     return 0
 
 

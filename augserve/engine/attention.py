@@ -1,15 +1,26 @@
 """Paged attention over a block-table KV cache, for mixed prefill/decode batches.
 
-A step's tokens are flattened: first the decode tokens (one per sequence,
-batched together), then each prefill chunk's tokens. Every layer writes the
-new K/V into the slots of each sequence's block table, then attends over the
-sequence's whole context gathered from the cache. The metadata (index
-tensors, masks) is built once per step by `build_metadata` and shared by all
-layers.
+A step's tokens are flattened: first the decode tokens (one per sequence),
+then each prefill chunk's tokens. Every layer writes the new K/V into the
+cache slots (`slot_mapping`), then attends:
+
+- decodes: all sequences at once, reading K/V in place through the block table,
+  block by block (`decode_paged`); no padded copy of the context is made once
+  the kernel is compiled (`set_compiled(True)`: inductor fuses the block-table
+  indexing into the score and value reductions). `decode_reference` is the
+  plain gather-then-attend version the tests compare against.
+- a fresh prompt chunk (start_pos 0): causal SDPA over its own new K/V.
+- a later chunk (start_pos > 0): its context is gathered once and shared by all
+  its queries (the gather is amortised over the chunk), then SDPA with a mask.
+
+The cache layout is [num_blocks, block_size, kv_heads, head_dim] (the one
+flash-attn's paged kernel reads). The metadata is built once per step by
+`build_metadata` and shared by all layers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -19,9 +30,6 @@ try:  # optional fused paged-attention kernel (CUDA only)
     from flash_attn import flash_attn_with_kvcache as _flash_kvcache
 except Exception:  # noqa: BLE001 - any import failure means "not available"
     _flash_kvcache = None
-
-# Above this many score elements (B * H * n * C) use SDPA to bound fp32 score memory.
-_MANUAL_MAX_SCORES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -33,7 +41,6 @@ class PrefillChunkMeta:
     start_pos: int
     block_ids: torch.Tensor  # [ceil(ctx_len / block_size)] long
     ctx_len: int
-    mask: torch.Tensor  # [n, ctx_len] fp32 additive bias (0 / -inf), causal from start_pos
 
 
 @dataclass
@@ -42,16 +49,11 @@ class AttentionMetadata:
 
     slot_mapping: torch.Tensor  # [T] long, flat cache slot of each new token
     num_decode: int  # first num_decode tokens are single-token decodes
-    decode_block_tables: torch.Tensor | None  # [Bd, max_blocks] long, padded with 0
-    decode_mask: torch.Tensor | None  # [Bd, 1, max_blocks * block_size] fp32 bias (0 / -inf)
+    decode_block_tables: torch.Tensor | None  # [Bd, max_blocks] long, padded with block 0
+    decode_ctx_lens: torch.Tensor | None  # [Bd] long, context length incl. the new token
     prefills: list[PrefillChunkMeta]
     block_size: int
-    decode_ctx_lens: torch.Tensor | None = None  # [Bd] int32, for the fused CUDA kernel
-
-
-def _bias(allowed: torch.Tensor) -> torch.Tensor:
-    """Bool mask (True = attend) -> fp32 additive bias (0 / -inf)."""
-    return torch.zeros(allowed.shape, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+    compiled: bool = False  # decodes through the compiled paged kernel
 
 
 def build_metadata(
@@ -59,115 +61,147 @@ def build_metadata(
     prefill: list[tuple[int, int, list[int]]],
     block_size: int,
     device: torch.device,
+    compiled: bool = False,
 ) -> AttentionMetadata:
-    """Build step metadata.
+    """Build step metadata (one host-to-device copy per index tensor).
 
     decode: (position, block_table) per single-token sequence.
     prefill: (start_pos, num_tokens, block_table) per chunk, in flat order after decodes.
+    compiled: decode with the compiled paged kernel (else the plain reference).
     """
-    slot_parts: list[torch.Tensor] = []
-    bd = len(decode)
-    dec_tables = dec_mask = ctx_t = None
-    if bd:
+    slots: list[int] = []
+    tables = lens = None
+    if decode:
         ctx = [pos + 1 for pos, _ in decode]
-        max_blocks = (max(ctx) + block_size - 1) // block_size
-        rows = [bt[:max_blocks] + [0] * (max_blocks - len(bt[:max_blocks])) for _, bt in decode]
-        dec_tables = torch.tensor(rows, dtype=torch.long, device=device)
-        ctx_t = torch.tensor(ctx, device=device)
-        ar = torch.arange(max_blocks * block_size, device=device)
-        dec_mask = _bias(ar.unsqueeze(0) < ctx_t.unsqueeze(1)).view(bd, 1, -1)
+        # at least 2 columns: a width of 1 would make the compiled kernel specialise
+        width = max(2, (max(ctx) + block_size - 1) // block_size)
+        rows = [bt[:width] + [0] * (width - len(bt[:width])) for _, bt in decode]
+        tables = torch.tensor(rows, dtype=torch.long).to(device, non_blocking=True)
+        lens = torch.tensor(ctx, dtype=torch.long).to(device, non_blocking=True)
         slots = [bt[pos // block_size] * block_size + pos % block_size for pos, bt in decode]
-        slot_parts.append(torch.tensor(slots, dtype=torch.long, device=device))
     metas: list[PrefillChunkMeta] = []
-    tok = bd
+    tok = len(decode)
     for start, n, bt in prefill:
         ctx_len = start + n
         nblk = (ctx_len + block_size - 1) // block_size
         if nblk > len(bt):
             raise ValueError(f"block table of {len(bt)} blocks too short for {ctx_len} tokens")
-        qpos = torch.arange(start, ctx_len, device=device).unsqueeze(1)
-        mask = _bias(torch.arange(ctx_len, device=device).unsqueeze(0) <= qpos)
-        block_ids = torch.tensor(bt[:nblk], dtype=torch.long, device=device)
-        metas.append(PrefillChunkMeta(tok, tok + n, start, block_ids, ctx_len, mask))
-        new_pos = torch.arange(start, ctx_len, device=device)
-        slot_parts.append(block_ids[new_pos // block_size] * block_size + new_pos % block_size)
+        slots += [bt[p // block_size] * block_size + p % block_size for p in range(start, ctx_len)]
+        ids = torch.tensor(bt[:nblk], dtype=torch.long).to(device, non_blocking=True)
+        metas.append(PrefillChunkMeta(tok, tok + n, start, ids, ctx_len))
         tok += n
-    slot_t = torch.cat(slot_parts) if len(slot_parts) > 1 else slot_parts[0]
-    lens = ctx_t.to(torch.int32) if bd else None
-    return AttentionMetadata(slot_t, bd, dec_tables, dec_mask, metas, block_size, lens)
+    slot_t = torch.tensor(slots, dtype=torch.long).to(device, non_blocking=True)
+    return AttentionMetadata(slot_t, len(decode), tables, lens, metas, block_size, compiled)
 
 
+# --- decode ------------------------------------------------------------------------------
+def decode_paged(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    ctx_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """q [B, H, D] -> [B, H, D]: attention over each sequence's blocks, block by block.
+
+    Written so that inductor emits two fused loops that index the cache through
+    the block table (scores, then per-block partial sums of V) instead of copying
+    the context; run eagerly it is a (slow) plain-torch equivalent. fp32 math."""
+    b, h, d = q.shape
+    bs, kvh = k_cache.shape[1], k_cache.shape[2]
+    nb = block_tables.shape[1]
+    qg = q.float().view(b, 1, 1, kvh, h // kvh, d)
+    k = k_cache[block_tables].unsqueeze(-2)  # [B, nb, bs, kvH, 1, D]
+    s = (qg * k.float()).sum(-1) * scale  # [B, nb, bs, kvH, g]
+    pos = torch.arange(nb * bs, device=q.device).view(1, nb, bs, 1, 1)
+    s = s.masked_fill(pos >= ctx_lens.view(-1, 1, 1, 1, 1), float("-inf"))
+    p = (s - s.amax(dim=(1, 2), keepdim=True)).exp()
+    den = p.sum(dim=(1, 2))  # [B, kvH, g]
+    v = v_cache[block_tables].unsqueeze(-2)  # [B, nb, bs, kvH, 1, D]
+    part = (p.unsqueeze(-1) * v.float()).sum(dim=2)  # [B, nb, kvH, g, D]: per block
+    out = part.sum(dim=1) / den.unsqueeze(-1)
+    return out.view(b, h, d).to(q.dtype)
+
+
+def decode_reference(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    ctx_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Plain torch: gather each padded context, mask, SDPA. q [B, H, D] -> [B, H, D]."""
+    b, h, d = q.shape
+    kvh = k_cache.shape[2]
+    c = block_tables.shape[1] * k_cache.shape[1]
+    k = k_cache[block_tables].view(b, c, kvh, d).transpose(1, 2)
+    v = v_cache[block_tables].view(b, c, kvh, d).transpose(1, 2)
+    allowed = torch.arange(c, device=q.device).view(1, 1, 1, c) < ctx_lens.view(-1, 1, 1, 1)
+    out = F.scaled_dot_product_attention(
+        q.unsqueeze(2), k, v, attn_mask=allowed, scale=scale, enable_gqa=kvh != h
+    )
+    return out.squeeze(2)
+
+
+DecodeFn = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor
+]
+_compiled_decode: DecodeFn | None = None
+
+
+def compiled_decode() -> DecodeFn:
+    """decode_paged under torch.compile (one compiled graph per process, dynamic sizes)."""
+    global _compiled_decode
+    if _compiled_decode is None:
+        from augserve.engine.ops import dynamic_shape_settings
+
+        dynamic_shape_settings()
+        _compiled_decode = torch.compile(decode_paged, dynamic=True, fullgraph=True)
+    return _compiled_decode
+
+
+def _use_flash(device: torch.device, dtype: torch.dtype, block_size: int) -> bool:
+    """flash-attn's paged kernel: CUDA, fp16/bf16 and blocks of a multiple of 256 tokens."""
+    half = dtype in (torch.float16, torch.bfloat16)
+    return _flash_kvcache is not None and device.type == "cuda" and half and block_size % 256 == 0
+
+
+def decode_backend(
+    device: torch.device, dtype: torch.dtype, block_size: int, compiled: bool
+) -> str:
+    """The decode attention a runner with these settings uses."""
+    if _use_flash(device, dtype, block_size):
+        return "flash-attn"
+    return "paged-compiled" if compiled else "reference"
+
+
+def _decode(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:  # fmt: skip
+    tables, lens = meta.decode_block_tables, meta.decode_ctx_lens
+    assert tables is not None and lens is not None
+    if _use_flash(q.device, q.dtype, meta.block_size):  # UNTESTED here (no GPU)
+        assert _flash_kvcache is not None
+        out = _flash_kvcache(
+            q.unsqueeze(1), k_cache, v_cache, cache_seqlens=lens.to(torch.int32),
+            block_table=tables.to(torch.int32), softmax_scale=scale, causal=True,
+        )  # fmt: skip
+        return out.squeeze(1)
+    fn = compiled_decode() if meta.compiled else decode_reference
+    return fn(q, k_cache, v_cache, tables, lens, scale)
+
+
+# --- prefill -----------------------------------------------------------------------------
 def _gather(cache: torch.Tensor, block_ids: torch.Tensor, ctx_len: int) -> torch.Tensor:
     """[num_blocks, bs, kvH, D] + block ids -> [1, kvH, ctx_len, D]."""
     g = cache.index_select(0, block_ids).flatten(0, 1)[:ctx_len]
     return g.transpose(0, 1).unsqueeze(0)
 
 
-def _attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """q [B, H, n, D], k/v [B, kvH, C, D], mask: fp32 additive bias broadcastable to [B, n, C].
-
-    On CPU an explicit grouped matmul + fp32 softmax is several times faster than
-    scaled_dot_product_attention for these shapes (decode gemv, short chunks);
-    on other devices, or for very large score matrices, SDPA is used.
-    """
-    b, h, n, d = q.shape
-    kvh, c = k.shape[1], k.shape[2]
-    if q.device.type != "cpu" or b * h * n * c > _MANUAL_MAX_SCORES:
-        m = (mask.unsqueeze(1) if mask.dim() == 3 else mask).to(q.dtype)
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=m, scale=scale, enable_gqa=kvh != h
-        )
-    g = h // kvh
-    scores = torch.matmul(q.reshape(b, kvh, g * n, d), k.transpose(-1, -2))
-    # one fused op: fp32 result = bias + scale * scores (type promotion does the upcast)
-    scores = torch.add(mask.view(-1, 1, 1, n, c), scores.view(b, kvh, g, n, c), alpha=scale)
-    probs = scores.softmax(dim=-1).to(v.dtype).view(b, kvh, g * n, c)
-    return torch.matmul(probs, v).view(b, h, n, d)
-
-
-def _use_flash(q: torch.Tensor, block_size: int) -> bool:
-    """flash-attn's paged kernel needs CUDA, fp16/bf16 and blocks of a multiple of 256."""
-    return (
-        _flash_kvcache is not None
-        and q.is_cuda
-        and q.dtype in (torch.float16, torch.bfloat16)
-        and block_size % 256 == 0
-    )
-
-
-def _decode_attention(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    meta: AttentionMetadata,
-    scale: float,
-) -> torch.Tensor:
-    """q [Bd, H, D] -> [Bd, H, D], all decodes in one padded, masked call."""
-    assert meta.decode_block_tables is not None and meta.decode_mask is not None
-    if _use_flash(q, meta.block_size):  # UNTESTED here (no GPU): paged kernel, no gather
-        assert _flash_kvcache is not None
-        out = _flash_kvcache(
-            q.unsqueeze(1),
-            k_cache,
-            v_cache,
-            cache_seqlens=meta.decode_ctx_lens,
-            block_table=meta.decode_block_tables.to(torch.int32),
-            softmax_scale=scale,
-            causal=True,
-        )
-        return out.squeeze(1)
-    bd, max_blocks = meta.decode_block_tables.shape
-    kvh, d = k_cache.shape[2], k_cache.shape[3]
-    flat = meta.decode_block_tables.view(-1)
-    c = max_blocks * meta.block_size
-    k = k_cache.index_select(0, flat).view(bd, c, kvh, d).transpose(1, 2)
-    v = v_cache.index_select(0, flat).view(bd, c, kvh, d).transpose(1, 2)
-    return _attend(q.unsqueeze(2), k, v, meta.decode_mask, scale).squeeze(2)
-
-
-def _prefill_attention(
+def _prefill(
     q: torch.Tensor,
     k_new: torch.Tensor,
     v_new: torch.Tensor,
@@ -178,16 +212,31 @@ def _prefill_attention(
 ) -> torch.Tensor:
     """One chunk: q [n, H, D] attends causally to positions 0 .. start_pos + i."""
     qt = q.transpose(0, 1).unsqueeze(0)
-    if c.start_pos == 0:  # fresh prompt: plain causal attention over the new k/v (one fused op)
+    gqa = k_cache.shape[2] != q.shape[1]
+    if c.start_pos == 0:  # fresh prompt: causal attention over its own new k/v
         k, v = k_new.transpose(0, 1).unsqueeze(0), v_new.transpose(0, 1).unsqueeze(0)
-        out = F.scaled_dot_product_attention(
-            qt, k, v, is_causal=True, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
-        )
-    else:
+        out = F.scaled_dot_product_attention(qt, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+    else:  # later chunk: its whole context, gathered once for all its queries
         k = _gather(k_cache, c.block_ids, c.ctx_len)
         v = _gather(v_cache, c.block_ids, c.ctx_len)
-        out = _attend(qt, k, v, c.mask.unsqueeze(0), scale)
+        n = q.shape[0]
+        qpos = torch.arange(c.start_pos, c.ctx_len, device=q.device).unsqueeze(1)
+        allowed = torch.arange(c.ctx_len, device=q.device).unsqueeze(0) <= qpos
+        out = F.scaled_dot_product_attention(
+            qt, k.to(q.dtype), v.to(q.dtype), attn_mask=allowed.view(1, 1, n, -1), scale=scale,
+            enable_gqa=gqa,
+        )  # fmt: skip
     return out.squeeze(0).transpose(0, 1)
+
+
+def write_kv(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:  # fmt: skip
+    """Store the step's new k/v [T, kvH, D] into their cache slots."""
+    kvh, d = k_cache.shape[2], k_cache.shape[3]
+    k_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
 
 
 def paged_attention(
@@ -200,14 +249,12 @@ def paged_attention(
     scale: float,
 ) -> torch.Tensor:
     """Write k/v [T, kvH, D] into the cache, attend with q [T, H, D]; returns [T, H, D]."""
-    kvh, d = k_cache.shape[2], k_cache.shape[3]
-    k_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping, k.to(k_cache.dtype))
-    v_cache.view(-1, kvh, d).index_copy_(0, meta.slot_mapping, v.to(v_cache.dtype))
+    write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
     parts: list[torch.Tensor] = []
     nd = meta.num_decode
     if nd:
-        parts.append(_decode_attention(q[:nd], k_cache, v_cache, meta, scale))
+        parts.append(_decode(q[:nd], k_cache, v_cache, meta, scale))
     for c in meta.prefills:
         s, e = c.tok_start, c.tok_end
-        parts.append(_prefill_attention(q[s:e], k[s:e], v[s:e], k_cache, v_cache, c, scale))
+        parts.append(_prefill(q[s:e], k[s:e], v[s:e], k_cache, v_cache, c, scale))
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)

@@ -4,14 +4,23 @@
 model_type that transformers loads), model.safetensors (HF weight names),
 generation_config.json, tokenizer.json and tokenizer_config.json. The
 tokenizer is a byte-level BPE trained at creation time, offline, with the
-`tokenizers` library on a small built-in English text; its vocabulary
-(256 bytes + merges + <s>, </s>, <pad> as ids 0, 1, 2) is at most the model's
-vocab_size. Nothing is downloaded.
+`tokenizers` library on a small built-in English text, then filled up to
+exactly the model's vocab_size with words (the text's own, then pronounceable
+syllable words), so every id a model samples decodes to text. Ids: <s>, </s>,
+<pad> are 0, 1, 2, then the 256 bytes, the merges and the filler words. A lone
+byte that is not printable on its own (a control byte, half of a UTF-8
+character) decodes to nothing rather than to garbage. Nothing is downloaded.
+
+`untied=True` gives the model an LM head of its own: a random model with tied
+embeddings mostly repeats its last prompt token, so greedy comparisons on it
+prove little; the parity tests use untied models.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +165,8 @@ def _opt_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         d + "final_layer_norm.weight": (h,),
         d + "final_layer_norm.bias": (h,),
     }
+    if not c.get("tie_word_embeddings", True):
+        s["lm_head.weight"] = (v, h)
     for i in range(c["num_hidden_layers"]):
         p = f"{d}layers.{i}."
         for n in ("q", "k", "v", "out"):
@@ -197,21 +208,47 @@ def weight_shapes(arch: str, cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return _llama_shapes(cfg)
 
 
-def build_tokenizer(vocab_size: int) -> Any:
-    """A byte-level BPE tokenizer trained on BUILTIN_TEXT with <= vocab_size entries."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+# dropped when decoding: control bytes (but tab, newline, return) and U+FFFD, which is
+# what a lone byte of a multi-byte character decodes to
+_UNPRINTABLE = "[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f\ufffd]"
+MIN_VOCAB = 256 + len(SPECIAL_TOKENS)
 
+
+def filler_words() -> Iterator[str]:
+    """Words for the ids the BPE training did not fill: BUILTIN_TEXT's words, then
+    pronounceable two- and three-syllable words ('bako', 'mirelu', ...), in a fixed order."""
+    yield from dict.fromkeys(re.findall(r"[A-Za-z]+", BUILTIN_TEXT))
+    syl = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+    yield from (a + b for a in syl for b in syl)
+    yield from (a + b + c for a in syl for b in syl for c in syl)
+
+
+def build_tokenizer(vocab_size: int) -> Any:
+    """A byte-level BPE tokenizer of exactly `vocab_size` entries (see the module doc)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if vocab_size < MIN_VOCAB:
+        raise ValueError(f"vocab_size must be >= {MIN_VOCAB} for a byte-level tokenizer")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
+        vocab_size=min(vocab_size, 4096),
         special_tokens=SPECIAL_TOKENS,
         show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator([BUILTIN_TEXT] * 4, trainer=trainer)
-    return tok
+    spec = json.loads(tok.to_str())
+    vocab: dict[str, int] = spec["model"]["vocab"]
+    words = filler_words()
+    while len(vocab) < vocab_size:
+        token = "\u0120" + next(words)  # the byte-level spelling of " word"
+        vocab.setdefault(token, len(vocab))
+    full = Tokenizer.from_str(json.dumps(spec))
+    full.decoder = decoders.Sequence(
+        [decoders.ByteLevel(), decoders.Replace(Regex(_UNPRINTABLE), "")]
+    )
+    return full
 
 
 def _random_tensor(name: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -231,16 +268,21 @@ def make_model(
     out_dir: str | Path,
     seed: int = 0,
     overrides: dict[str, Any] | None = None,
+    untied: bool = False,
 ) -> Path:
     """Write a random-weight model dir; arch: llama | qwen2 | mistral | opt | gptj,
-    preset: tiny | small | 100m. `overrides` patch config.json fields. Returns the dir."""
+    preset: tiny | small | 100m. `overrides` patch config.json fields; `untied` sets
+    tie_word_embeddings = false (an LM head of its own). Returns the dir."""
     if arch not in PRESETS:
         raise ValueError(f"arch must be one of {sorted(PRESETS)}, got {arch!r}")
     if preset not in PRESETS[arch]:
         raise ValueError(f"preset must be one of {sorted(PRESETS[arch])}, got {preset!r}")
+    patch = {**(overrides or {}), **({"tie_word_embeddings": False} if untied else {})}
+    cfg = config_for(arch, preset, patch)
+    vocab = int(cfg["vocab_size"])
+    tok = build_tokenizer(vocab)  # validates vocab_size before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = config_for(arch, preset, overrides or {})
     gen = torch.Generator().manual_seed(seed)
     tensors = {
         n: _random_tensor(n, s, gen).contiguous() for n, s in weight_shapes(arch, cfg).items()
@@ -249,8 +291,6 @@ def make_model(
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     gen_cfg = {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}
     (out / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2))
-    vocab = cfg.get("vocab_size")
-    tok = build_tokenizer(min(int(vocab), 4096) if vocab else 512)
     tok.save(str(out / "tokenizer.json"))
     tok_cfg = {
         "bos_token": "<s>",
@@ -272,8 +312,9 @@ def main() -> None:
     p.add_argument("preset")
     p.add_argument("out_dir")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--untied", action="store_true", help="an LM head of its own")
     a = p.parse_args()
-    print(make_model(a.arch, a.preset, a.out_dir, a.seed))
+    print(make_model(a.arch, a.preset, a.out_dir, a.seed, untied=a.untied))
 
 
 if __name__ == "__main__":

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import torch
 
-from augserve.engine.attention import AttentionMetadata, build_metadata
+from augserve.engine.attention import AttentionMetadata, build_metadata, decode_backend
 from augserve.engine.kv_cache import KVCache, KVCacheConfig
 from augserve.engine.loader import WeightSource, load_config
 from augserve.engine.models import CausalLM, model_class
+from augserve.engine.ops import compile_regions, compile_wanted
 from augserve.engine.sampler import Sampler
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import read_eos_token_ids
@@ -59,19 +60,48 @@ class StepInputs:
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    """How to build a ModelRunner. dtype: 'bf16' | 'fp16' | 'fp32' | None (bf16)."""
+    """How to build a ModelRunner. dtype: 'bf16' | 'fp16' | 'fp32' | None (bf16).
+
+    compile: torch.compile the layers' fused regions and the paged decode kernel;
+    None = AUGSERVE_COMPILE if set, else on for models of >= 20M parameters
+    (`ops.compile_wanted`). The first steps then pay a one-off compile (tens of
+    seconds on CPU, cached on disk by inductor for later processes)."""
 
     model_dir: str
     dtype: str | None = None
     device: str | None = None  # default: cuda if available, else cpu
     kv: KVCacheConfig = field(default_factory=lambda: KVCacheConfig(num_device_blocks=256))
     num_threads: int | None = None
+    compile: bool | None = None
 
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
+        if self.device is not None:
+            check_device(self.device)
+
+
+def check_device(name: str) -> torch.device:
+    """A usable torch device from 'cpu', 'cuda' or 'cuda:N'; ValueError naming the problem."""
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {name!r}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {name!r}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {name!r}: CUDA is not available on this machine "
+                f"(torch {torch.__version__}, torch.cuda.is_available() is False); use --device cpu"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) visible"
+            )
+    return dev
 
 
 def _build_model(model_dir: str, dtype: torch.dtype, device: torch.device) -> CausalLM:
@@ -104,6 +134,10 @@ class ModelRunner:
         self.dtype = _DTYPES[cfg.dtype or "bf16"]
         self.model = _build_model(cfg.model_dir, self.dtype, self.device)
         m = self.model
+        n_params = sum(p.numel() for p in m.parameters())
+        self.compiled = compile_wanted(cfg.compile, n_params, self.device)
+        if self.compiled:
+            compile_regions(m.regions())
         self.kv = KVCache(cfg.kv, m.num_layers, m.num_kv_heads, m.head_dim, self.dtype, self.device)
         self.sampler = Sampler()
         self.eos_token_ids: tuple[int, ...] = read_eos_token_ids(cfg.model_dir)
@@ -135,6 +169,11 @@ class ModelRunner:
     @property
     def kv_bytes_per_token(self) -> int:
         return self.kv.bytes_per_token
+
+    @property
+    def attention_backend(self) -> str:
+        """Which decode attention runs: 'flash-attn' (CUDA), 'paged-compiled' or 'reference'."""
+        return decode_backend(self.device, self.dtype, self.block_size, self.compiled)
 
     def swap_out(self, pairs: list[tuple[int, int]]) -> None:
         """(device_block, host_block) copies."""
@@ -183,7 +222,7 @@ class ModelRunner:
         return StepInputs(
             input_ids=torch.tensor(ids, dtype=torch.long, device=dev),
             positions=torch.tensor(pos, dtype=torch.long, device=dev),
-            meta=build_metadata(decode, prefill, self.block_size, dev),
+            meta=build_metadata(decode, prefill, self.block_size, dev, self.compiled),
             last_idx=torch.tensor(last, dtype=torch.long, device=dev),
             sample_rows=want,
             sample_idx=torch.tensor([last[i] for i in want], dtype=torch.long, device=dev),

@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from augserve.cli import main
 from augserve.core.latency import BatchShape
+from augserve.engine.tokenizer import Tokenizer
 from augserve.profiles import load_profile
 
 
@@ -40,6 +42,38 @@ def test_make_model_and_generate(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert all(len(r["token_ids"]) == 6 and r["finish_reason"] == "length" for r in rows)
     assert main(argv) == 0  # greedy: the same again
     assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == rows
+
+
+def test_generate_prints_readable_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo: every sampled id is in the tokenizer, the text is what the ids decode to,
+    words and not control bytes; the plain output is the prompt followed by that text."""
+    model = tmp_path / "small"
+    assert main(["make-model", "--preset", "small", "--out", str(model)]) == 0
+    capsys.readouterr()
+    base = ["generate", "--model", str(model), "--prompt", "Hello", "--max-tokens", "12"]
+    base += ["--ignore-eos", "--dtype", "fp32", "--threads", "1", "--num-device-blocks", "8"]
+    assert main([*base, "--json"]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    tok = Tokenizer(model)
+    assert tok.vocab_size == 4096 and all(0 <= t < 4096 for t in row["token_ids"])
+    assert row["text"] == tok.decode(row["token_ids"])
+    words = row["text"].split()
+    assert len(words) >= 3 and all(w.isprintable() for w in words)
+    assert main(base) == 0
+    assert capsys.readouterr().out == f"Hello{row['text']}\n"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_generate_on_cuda_without_cuda_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "tiny"
+    assert main(["make-model", "--preset", "tiny", "--out", str(model)]) == 0
+    capsys.readouterr()
+    assert main(["generate", "--model", str(model), "--prompt", "x", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("augserve: error:")
+    assert "CUDA is not available" in err and "'cuda'" in err
 
 
 def test_generate_reports_a_missing_model(

@@ -10,6 +10,7 @@ from torch import nn
 
 from augserve.engine.attention import AttentionMetadata
 from augserve.engine.loader import WeightSource
+from augserve.engine.models.layers import DecoderLayer
 
 _MISSING = object()
 
@@ -73,3 +74,8 @@ class CausalLM(nn.Module, ABC):
     @abstractmethod
     def load_weights(self, src: WeightSource) -> None:
         """Copy every parameter from `src` (Hugging Face names)."""
+
+    def regions(self) -> list[nn.Module]:
+        """The modules to compile: each decoder layer's attn_in and attn_out."""
+        layers = [m for m in self.modules() if isinstance(m, DecoderLayer)]
+        return [r for layer in layers for r in (layer.attn_in, layer.attn_out)]

@@ -10,30 +10,48 @@ from torch import nn
 from augserve.engine.attention import AttentionMetadata
 from augserve.engine.loader import WeightSource
 from augserve.engine.models.base import CausalLM, cfg_get
-from augserve.engine.models.layers import Rotary, SelfAttention, act_fn, load_param, rope_inv_freq
+from augserve.engine.models.layers import (
+    DecoderLayer,
+    RotaryTable,
+    act_fn,
+    load_param,
+    rope_inv_freq,
+    split_qkv,
+)
+from augserve.engine.ops import rotate
 
 
-class GPTJBlock(nn.Module):
-    def __init__(self, c: dict[str, Any], rotary: Rotary) -> None:
+class GPTJAttnIn(nn.Module):
+    """ln_1 -> QKV (interleaved partial rotary) and, in parallel, the MLP of the same input."""
+
+    def __init__(self, c: dict[str, Any]) -> None:
         super().__init__()
         h = c["hidden"]
+        self.heads, self.head_dim, self.rot = c["heads"], c["head_dim"], c["rot"]
         self.ln_1 = nn.LayerNorm(h, eps=c["eps"])
-        self.attn = SelfAttention(h, c["heads"], c["heads"], h // c["heads"], False, False, rotary)
+        self.qkv_proj = nn.Linear(h, 3 * h, bias=False)
         self.fc_in = nn.Linear(h, c["inner"])
         self.fc_out = nn.Linear(c["inner"], h)
         self.act = act_fn(c["act"])
 
     def forward(
-        self,
-        x: torch.Tensor,
-        cos_sin: tuple[torch.Tensor, torch.Tensor],
-        meta: AttentionMetadata,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-    ) -> torch.Tensor:
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         h = self.ln_1(x)
-        attn = self.attn(h, cos_sin, meta, k_cache, v_cache)
-        return x + attn + self.fc_out(self.act(self.fc_in(h)))
+        q, k, v = split_qkv(self.qkv_proj(h), self.heads, self.heads, self.head_dim)
+        mlp = self.fc_out(self.act(self.fc_in(h)))
+        return rotate(q, cos, sin, self.rot, True), rotate(k, cos, sin, self.rot, True), v, mlp
+
+
+class GPTJAttnOut(nn.Module):
+    """x + attention output projection + the parallel MLP's output."""
+
+    def __init__(self, c: dict[str, Any]) -> None:
+        super().__init__()
+        self.o_proj = nn.Linear(c["hidden"], c["hidden"], bias=False)
+
+    def forward(self, x: torch.Tensor, attn: torch.Tensor, mlp: torch.Tensor) -> torch.Tensor:
+        return x + self.o_proj(attn) + mlp
 
 
 def parse_gptj_config(hf: dict[str, Any]) -> dict[str, Any]:
@@ -67,9 +85,11 @@ class GPTJForCausalLM(CausalLM):
         c = parse_gptj_config(hf)
         self.num_layers, self.num_kv_heads, self.head_dim = c["layers"], c["heads"], c["head_dim"]
         self.vocab_size, self.max_model_len = c["vocab"], c["max_len"]
-        self.rotary = Rotary(c["rot"], rope_inv_freq(c["rot"], 10000.0, None), interleaved=True)
+        self.rotary = RotaryTable(c["rot"], rope_inv_freq(c["rot"], 10000.0, None), c["max_len"])
         self.wte = nn.Embedding(c["vocab"], c["hidden"])
-        self.h = nn.ModuleList(GPTJBlock(c, self.rotary) for _ in range(c["layers"]))
+        self.h = nn.ModuleList(
+            DecoderLayer(GPTJAttnIn(c), GPTJAttnOut(c), c["head_dim"]) for _ in range(c["layers"])
+        )
         self.ln_f = nn.LayerNorm(c["hidden"], eps=c["eps"])
         self.lm_head = nn.Linear(c["hidden"], c["vocab"])
 
@@ -97,15 +117,10 @@ class GPTJForCausalLM(CausalLM):
             load_param(mod.bias, src.get(name + ".bias"), name + ".bias")
         for i, block in enumerate(self.h):
             p = f"transformer.h.{i}."
+            a, o = block.attn_in, block.attn_out
             qkv = torch.cat([src.get(f"{p}attn.{n}_proj.weight") for n in "qkv"])
-            load_param(block.attn.qkv_proj.weight, qkv, p + "attn.qkv_proj.weight")
-            load_param(
-                block.attn.o_proj.weight, src.get(p + "attn.out_proj.weight"), p + "attn.out_proj"
-            )
-            for mod, name in (
-                (block.ln_1, "ln_1"),
-                (block.fc_in, "mlp.fc_in"),
-                (block.fc_out, "mlp.fc_out"),
-            ):
+            load_param(a.qkv_proj.weight, qkv, p + "attn.qkv_proj.weight")
+            load_param(o.o_proj.weight, src.get(p + "attn.out_proj.weight"), p + "attn.out_proj")
+            for mod, name in ((a.ln_1, "ln_1"), (a.fc_in, "mlp.fc_in"), (a.fc_out, "mlp.fc_out")):
                 load_param(mod.weight, src.get(f"{p}{name}.weight"), p + name)
                 load_param(mod.bias, src.get(f"{p}{name}.bias"), p + name)

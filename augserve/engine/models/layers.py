@@ -1,4 +1,10 @@
-"""Building blocks shared by the model families: norms, rotary embeddings, attention."""
+"""Building blocks shared by the model families: norms, rotary tables, the decoder layer.
+
+A decoder layer is two compilable regions around the paged attention:
+`attn_in` (norm, fused QKV projection, rotary) and `attn_out` (output projection,
+residual, norm, MLP). The regions hold all the weights; the attention in between
+reads and writes the KV cache and stays outside the compiled graphs.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from augserve.engine.attention import AttentionMetadata, paged_attention
+from augserve.engine.ops import rms_norm
+
+CosSin = tuple[torch.Tensor, torch.Tensor]
 
 
 class RMSNorm(nn.Module):
@@ -21,8 +30,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        normed = F.rms_norm(x.float(), (x.shape[-1],), None, self.eps)
-        return self.weight * normed.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def rope_inv_freq(rot_dim: int, theta: float, scaling: dict[str, Any] | None) -> torch.Tensor:
@@ -54,82 +62,57 @@ def _llama3_inv_freq(inv: torch.Tensor, factor: float, s: dict[str, Any]) -> tor
     return torch.where(medium, smoothed, scaled)
 
 
-class Rotary(nn.Module):
-    """Rotary position embedding on the first `rot_dim` dims of each head."""
+class RotaryTable:
+    """cos / sin of every position up to max_len, computed once (as Hugging Face
+    computes them: fp32 position * inverse frequency), gathered per step."""
 
-    def __init__(self, rot_dim: int, inv_freq: torch.Tensor, interleaved: bool) -> None:
-        super().__init__()
+    def __init__(self, rot_dim: int, inv_freq: torch.Tensor, max_len: int) -> None:
         self.rot_dim = rot_dim
-        self.interleaved = interleaved
         self.inv_freq = inv_freq
+        self.max_len = max_len
+        self._cos: torch.Tensor | None = None
+        self._sin = torch.empty(0)
 
-    def cos_sin(
-        self, positions: torch.Tensor, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.inv_freq.device != positions.device:
-            self.inv_freq = self.inv_freq.to(positions.device)
-        freqs = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)
-        return freqs.cos().to(dtype).unsqueeze(1), freqs.sin().to(dtype).unsqueeze(1)
-
-    def rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x [T, H, D]; cos/sin [T, 1, rot_dim/2]."""
-        r = self.rot_dim
-        xr = x[..., :r]
-        if self.interleaved:
-            x1, x2 = xr[..., 0::2], xr[..., 1::2]
-            rot = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
-        else:
-            x1, x2 = xr[..., : r // 2], xr[..., r // 2 :]
-            rot = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-        if r == x.shape[-1]:
-            return rot
-        return torch.cat((rot, x[..., r:]), dim=-1)
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> CosSin:
+        """([T, rot_dim / 2], same) for the given positions."""
+        if self._cos is None or self._cos.device != positions.device or self._cos.dtype != dtype:
+            pos = torch.arange(self.max_len, dtype=torch.float32).unsqueeze(1)
+            freqs = (pos * self.inv_freq.unsqueeze(0)).to(positions.device)
+            self._cos, self._sin = freqs.cos().to(dtype), freqs.sin().to(dtype)
+        return self._cos.index_select(0, positions), self._sin.index_select(0, positions)
 
 
-class SelfAttention(nn.Module):
-    """Fused-QKV attention with optional rotary, over the paged KV cache."""
+class DecoderLayer(nn.Module):
+    """attn_in -> paged attention -> attn_out. attn_in(x, cos, sin) returns (q, k, v,
+    *extra); attn_out(x, attn [T, H * D], *extra) returns the layer's output."""
 
-    def __init__(
-        self,
-        hidden: int,
-        heads: int,
-        kv_heads: int,
-        head_dim: int,
-        qkv_bias: bool,
-        o_bias: bool,
-        rotary: Rotary | None,
-    ) -> None:
+    def __init__(self, attn_in: nn.Module, attn_out: nn.Module, head_dim: int) -> None:
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.qkv_proj = nn.Linear(hidden, (heads + 2 * kv_heads) * head_dim, bias=qkv_bias)
-        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=o_bias)
-        self.rotary = rotary
+        self.attn_in = attn_in
+        self.attn_out = attn_out
         self.scale = head_dim**-0.5
 
     def forward(
         self,
         x: torch.Tensor,
-        cos_sin: tuple[torch.Tensor, torch.Tensor] | None,
+        cos_sin: CosSin | None,
         meta: AttentionMetadata,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
-        t = x.shape[0]
-        qkv = self.qkv_proj(x)
-        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-        q = q.view(t, self.heads, self.head_dim)
-        k = k.view(t, self.kv_heads, self.head_dim)
-        v = v.view(t, self.kv_heads, self.head_dim)
-        if self.rotary is not None and cos_sin is not None:
-            q = self.rotary.rotate(q, *cos_sin)
-            k = self.rotary.rotate(k, *cos_sin)
-        out = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)
-        return self.o_proj(out.reshape(t, q_size))
+        cos, sin = cos_sin if cos_sin is not None else (None, None)
+        q, k, v, *extra = self.attn_in(x, cos, sin)
+        attn = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)
+        return self.attn_out(x, attn.flatten(1), *extra)
 
 
-def cat_weights(*ts: torch.Tensor) -> torch.Tensor:
-    return torch.cat(ts, dim=0)
+def split_qkv(
+    qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[T, (H + 2 kvH) D] -> q [T, H, D], k [T, kvH, D], v [T, kvH, D] (views)."""
+    t = qkv.shape[0]
+    q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    return q.view(t, heads, head_dim), k.view(t, kv_heads, head_dim), v.view(t, kv_heads, head_dim)
 
 
 def load_param(param: torch.Tensor, value: torch.Tensor, name: str) -> None:

@@ -11,39 +11,59 @@ from augserve.engine.attention import AttentionMetadata
 from augserve.engine.loader import WeightSource
 from augserve.engine.models.base import CausalLM, cfg_get, rope_settings
 from augserve.engine.models.layers import (
+    DecoderLayer,
     RMSNorm,
-    Rotary,
-    SelfAttention,
+    RotaryTable,
     act_fn,
     load_param,
     rope_inv_freq,
+    split_qkv,
 )
+from augserve.engine.ops import rms_norm, rotate, silu_and_mul
 
 
-class LlamaDecoderLayer(nn.Module):
-    def __init__(self, c: dict[str, Any], rotary: Rotary) -> None:
+class LlamaAttnIn(nn.Module):
+    """input norm -> fused QKV projection -> rotary (neox style, full head dim)."""
+
+    def __init__(self, c: dict[str, Any]) -> None:
         super().__init__()
-        h, inter = c["hidden"], c["intermediate"]
-        self.self_attn = SelfAttention(
-            h, c["heads"], c["kv_heads"], c["head_dim"], c["qkv_bias"], c["o_bias"], rotary
-        )
-        self.gate_up_proj = nn.Linear(h, 2 * inter, bias=c["mlp_bias"])
-        self.down_proj = nn.Linear(inter, h, bias=c["mlp_bias"])
-        self.input_layernorm = RMSNorm(h, c["eps"])
-        self.post_attention_layernorm = RMSNorm(h, c["eps"])
-        self.act = act_fn(c["act"])
+        self.heads, self.kv_heads, self.head_dim = c["heads"], c["kv_heads"], c["head_dim"]
+        self.input_layernorm = RMSNorm(c["hidden"], c["eps"])
+        qkv_out = (c["heads"] + 2 * c["kv_heads"]) * c["head_dim"]
+        self.qkv_proj = nn.Linear(c["hidden"], qkv_out, bias=c["qkv_bias"])
 
     def forward(
-        self,
-        x: torch.Tensor,
-        cos_sin: tuple[torch.Tensor, torch.Tensor],
-        meta: AttentionMetadata,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-    ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos_sin, meta, k_cache, v_cache)
-        gate, up = self.gate_up_proj(self.post_attention_layernorm(x)).chunk(2, dim=-1)
-        return x + self.down_proj(self.act(gate) * up)
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = rms_norm(x, self.input_layernorm.weight, self.input_layernorm.eps)
+        q, k, v = split_qkv(self.qkv_proj(h), self.heads, self.kv_heads, self.head_dim)
+        d = self.head_dim
+        return rotate(q, cos, sin, d, False), rotate(k, cos, sin, d, False), v
+
+
+class LlamaAttnOut(nn.Module):
+    """output projection + residual -> post-attention norm -> gated MLP + residual."""
+
+    def __init__(self, c: dict[str, Any]) -> None:
+        super().__init__()
+        h, inter = c["hidden"], c["intermediate"]
+        self.o_proj = nn.Linear(c["heads"] * c["head_dim"], h, bias=c["o_bias"])
+        self.post_attention_layernorm = RMSNorm(h, c["eps"])
+        self.gate_up_proj = nn.Linear(h, 2 * inter, bias=c["mlp_bias"])
+        self.down_proj = nn.Linear(inter, h, bias=c["mlp_bias"])
+        self.act_name = c["act"]
+        self.act = act_fn(c["act"])
+
+    def forward(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        x = x + self.o_proj(attn)
+        norm = self.post_attention_layernorm
+        gate_up = self.gate_up_proj(rms_norm(x, norm.weight, norm.eps))
+        if self.act_name in ("silu", "swish"):
+            act = silu_and_mul(gate_up)
+        else:
+            gate, up = gate_up.chunk(2, dim=-1)
+            act = self.act(gate) * up
+        return x + self.down_proj(act)
 
 
 def parse_llama_config(hf: dict[str, Any]) -> dict[str, Any]:
@@ -94,11 +114,13 @@ class LlamaForCausalLM(CausalLM):
             c["head_dim"],
         )
         self.vocab_size, self.max_model_len = c["vocab"], c["max_len"]
-        self.rotary = Rotary(
-            c["head_dim"], rope_inv_freq(c["head_dim"], c["theta"], c["scaling"]), False
+        self.rotary = RotaryTable(
+            c["head_dim"], rope_inv_freq(c["head_dim"], c["theta"], c["scaling"]), c["max_len"]
         )
         self.embed_tokens = nn.Embedding(c["vocab"], c["hidden"])
-        self.layers = nn.ModuleList(LlamaDecoderLayer(c, self.rotary) for _ in range(c["layers"]))
+        self.layers = nn.ModuleList(
+            DecoderLayer(LlamaAttnIn(c), LlamaAttnOut(c), c["head_dim"]) for _ in range(c["layers"])
+        )
         self.norm = RMSNorm(c["hidden"], c["eps"])
         self.lm_head = None if c["tie"] else nn.Linear(c["hidden"], c["vocab"], bias=False)
 
@@ -131,28 +153,28 @@ class LlamaForCausalLM(CausalLM):
         for i, layer in enumerate(self.layers):
             self._load_layer(layer, src, f"model.layers.{i}.")
 
-    def _load_layer(self, layer: LlamaDecoderLayer, src: WeightSource, p: str) -> None:
+    def _load_layer(self, layer: DecoderLayer, src: WeightSource, p: str) -> None:
         a = p + "self_attn."
-        attn = layer.self_attn
+        attn, out = layer.attn_in, layer.attn_out
         qkv = [src.get(f"{a}{n}_proj.weight") for n in "qkv"]
         load_param(attn.qkv_proj.weight, torch.cat(qkv), a + "qkv_proj.weight")
         if attn.qkv_proj.bias is not None:
             b = [src.get(f"{a}{n}_proj.bias") for n in "qkv"]
             load_param(attn.qkv_proj.bias, torch.cat(b), a + "qkv_proj.bias")
-        load_param(attn.o_proj.weight, src.get(a + "o_proj.weight"), a + "o_proj.weight")
-        if attn.o_proj.bias is not None:
-            load_param(attn.o_proj.bias, src.get(a + "o_proj.bias"), a + "o_proj.bias")
+        load_param(out.o_proj.weight, src.get(a + "o_proj.weight"), a + "o_proj.weight")
+        if out.o_proj.bias is not None:
+            load_param(out.o_proj.bias, src.get(a + "o_proj.bias"), a + "o_proj.bias")
         m = p + "mlp."
         gu = torch.cat([src.get(m + "gate_proj.weight"), src.get(m + "up_proj.weight")])
-        load_param(layer.gate_up_proj.weight, gu, m + "gate_up_proj.weight")
-        load_param(layer.down_proj.weight, src.get(m + "down_proj.weight"), m + "down_proj.weight")
-        if layer.gate_up_proj.bias is not None and layer.down_proj.bias is not None:
+        load_param(out.gate_up_proj.weight, gu, m + "gate_up_proj.weight")
+        load_param(out.down_proj.weight, src.get(m + "down_proj.weight"), m + "down_proj.weight")
+        if out.gate_up_proj.bias is not None and out.down_proj.bias is not None:
             gub = torch.cat([src.get(m + "gate_proj.bias"), src.get(m + "up_proj.bias")])
-            load_param(layer.gate_up_proj.bias, gub, m + "gate_up_proj.bias")
-            load_param(layer.down_proj.bias, src.get(m + "down_proj.bias"), m + "down_proj.bias")
-        load_param(layer.input_layernorm.weight, src.get(p + "input_layernorm.weight"), p + "ln1")
+            load_param(out.gate_up_proj.bias, gub, m + "gate_up_proj.bias")
+            load_param(out.down_proj.bias, src.get(m + "down_proj.bias"), m + "down_proj.bias")
+        load_param(attn.input_layernorm.weight, src.get(p + "input_layernorm.weight"), p + "ln1")
         load_param(
-            layer.post_attention_layernorm.weight,
+            out.post_attention_layernorm.weight,
             src.get(p + "post_attention_layernorm.weight"),
             p + "ln2",
         )

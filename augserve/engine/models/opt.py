@@ -10,37 +10,56 @@ from torch import nn
 from augserve.engine.attention import AttentionMetadata
 from augserve.engine.loader import WeightSource
 from augserve.engine.models.base import CausalLM, cfg_get
-from augserve.engine.models.layers import SelfAttention, act_fn, load_param
+from augserve.engine.models.layers import DecoderLayer, act_fn, load_param, split_qkv
 
 POS_OFFSET = 2
 
 
-class OPTDecoderLayer(nn.Module):
+class OPTAttnIn(nn.Module):
+    """(pre-LN: self_attn_layer_norm) -> fused QKV projection; OPT has no rotary."""
+
     def __init__(self, c: dict[str, Any]) -> None:
         super().__init__()
         h, b = c["hidden"], c["bias"]
-        self.self_attn = SelfAttention(h, c["heads"], c["heads"], h // c["heads"], b, b, None)
-        self.self_attn_layer_norm = nn.LayerNorm(h)
-        self.fc1 = nn.Linear(h, c["ffn"], bias=b)
-        self.fc2 = nn.Linear(c["ffn"], h, bias=b)
-        self.final_layer_norm = nn.LayerNorm(h)
+        self.heads, self.head_dim = c["heads"], h // c["heads"]
         self.pre_ln = c["pre_ln"]
-        self.act = act_fn(c["act"])
+        self.self_attn_layer_norm = nn.LayerNorm(h)
+        self.qkv_proj = nn.Linear(h, 3 * h, bias=b)
 
     def forward(
-        self,
-        x: torch.Tensor,
-        meta: AttentionMetadata,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-    ) -> torch.Tensor:
+        self, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         h = self.self_attn_layer_norm(x) if self.pre_ln else x
-        x = x + self.self_attn(h, None, meta, k_cache, v_cache)
+        return split_qkv(self.qkv_proj(h), self.heads, self.heads, self.head_dim)
+
+
+class OPTAttnOut(nn.Module):
+    """out_proj + residual, then the MLP (ReLU by default), LayerNorms pre or post."""
+
+    def __init__(self, c: dict[str, Any], attn_in: OPTAttnIn) -> None:
+        super().__init__()
+        h, b = c["hidden"], c["bias"]
+        self.pre_ln = c["pre_ln"]
+        self.out_proj = nn.Linear(h, h, bias=b)
+        self.final_layer_norm = nn.LayerNorm(h)
+        self.fc1 = nn.Linear(h, c["ffn"], bias=b)
+        self.fc2 = nn.Linear(c["ffn"], h, bias=b)
+        self.act = act_fn(c["act"])
+        # post-LN models normalise after the residual with attn_in's LayerNorm
+        self._attn_ln = [attn_in.self_attn_layer_norm]  # a list: not a second registration
+
+    def forward(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        x = x + self.out_proj(attn)
         if not self.pre_ln:
-            x = self.self_attn_layer_norm(x)
+            x = self._attn_ln[0](x)
         h = self.final_layer_norm(x) if self.pre_ln else x
         x = x + self.fc2(self.act(self.fc1(h)))
         return x if self.pre_ln else self.final_layer_norm(x)
+
+
+def _opt_layer(c: dict[str, Any]) -> DecoderLayer:
+    attn_in = OPTAttnIn(c)
+    return DecoderLayer(attn_in, OPTAttnOut(c, attn_in), c["hidden"] // c["heads"])
 
 
 def parse_opt_config(hf: dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +88,7 @@ def parse_opt_config(hf: dict[str, Any]) -> dict[str, Any]:
         "final_ln": bool(hf.get("do_layer_norm_before", True))
         and not hf.get("_remove_final_layer_norm", False),
         "act": hf.get("activation_function", "relu"),
+        "tie": bool(hf.get("tie_word_embeddings", True)),
     }
 
 
@@ -84,8 +104,9 @@ class OPTForCausalLM(CausalLM):
         )
         self.embed_tokens = nn.Embedding(c["vocab"], c["hidden"])
         self.embed_positions = nn.Embedding(c["max_len"] + POS_OFFSET, c["hidden"])
-        self.layers = nn.ModuleList(OPTDecoderLayer(c) for _ in range(c["layers"]))
+        self.layers = nn.ModuleList(_opt_layer(c) for _ in range(c["layers"]))
         self.final_layer_norm = nn.LayerNorm(c["hidden"]) if c["final_ln"] else None
+        self.lm_head = None if c["tie"] else nn.Linear(c["hidden"], c["vocab"], bias=False)
 
     def forward(  # type: ignore[override]
         self,
@@ -97,11 +118,12 @@ class OPTForCausalLM(CausalLM):
     ) -> torch.Tensor:
         x = self.embed_tokens(input_ids) + self.embed_positions(positions + POS_OFFSET)
         for i, layer in enumerate(self.layers):
-            x = layer(x, meta, k_caches[i], v_caches[i])
+            x = layer(x, None, meta, k_caches[i], v_caches[i])
         return x if self.final_layer_norm is None else self.final_layer_norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden @ self.embed_tokens.weight.t()
+        w = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return hidden @ w.t()
 
     def load_weights(self, src: WeightSource) -> None:
         prefixes = ("model.decoder.", "decoder.")
@@ -111,6 +133,8 @@ class OPTForCausalLM(CausalLM):
 
         load_param(self.embed_tokens.weight, get("embed_tokens.weight"), "embed_tokens")
         load_param(self.embed_positions.weight, get("embed_positions.weight"), "embed_positions")
+        if self.lm_head is not None:
+            load_param(self.lm_head.weight, src.get("lm_head.weight"), "lm_head.weight")
         if self.final_layer_norm is not None:
             load_param(
                 self.final_layer_norm.weight, get("final_layer_norm.weight"), "final_layer_norm"
@@ -120,19 +144,20 @@ class OPTForCausalLM(CausalLM):
             self._load_layer(layer, get, f"layers.{i}.")
 
     @staticmethod
-    def _load_layer(layer: OPTDecoderLayer, get: Any, p: str) -> None:
+    def _load_layer(layer: DecoderLayer, get: Any, p: str) -> None:
         a = p + "self_attn."
-        attn = layer.self_attn
+        attn, out = layer.attn_in, layer.attn_out
         qkv = torch.cat([get(f"{a}{n}_proj.weight") for n in "qkv"])
         load_param(attn.qkv_proj.weight, qkv, a + "qkv_proj.weight")
-        load_param(attn.o_proj.weight, get(a + "out_proj.weight"), a + "out_proj.weight")
-        if attn.qkv_proj.bias is not None and attn.o_proj.bias is not None:
+        load_param(out.out_proj.weight, get(a + "out_proj.weight"), a + "out_proj.weight")
+        if attn.qkv_proj.bias is not None and out.out_proj.bias is not None:
             load_param(
                 attn.qkv_proj.bias, torch.cat([get(f"{a}{n}_proj.bias") for n in "qkv"]), a + "bias"
             )
-            load_param(attn.o_proj.bias, get(a + "out_proj.bias"), a + "out_proj.bias")
-        for mod_name in ("self_attn_layer_norm", "final_layer_norm", "fc1", "fc2"):
-            mod = getattr(layer, mod_name)
+            load_param(out.out_proj.bias, get(a + "out_proj.bias"), a + "out_proj.bias")
+        owners = {"self_attn_layer_norm": attn, "final_layer_norm": out, "fc1": out, "fc2": out}
+        for mod_name, owner in owners.items():
+            mod = getattr(owner, mod_name)
             load_param(mod.weight, get(f"{p}{mod_name}.weight"), p + mod_name)
             if mod.bias is not None:
                 load_param(mod.bias, get(f"{p}{mod_name}.bias"), p + mod_name)

@@ -1,0 +1,83 @@
+"""Elementwise kernels of the model families, written once in plain torch.
+
+Eagerly they are the reference; under `torch.compile` (see `compile_regions`)
+inductor fuses each region (norm + projection + rotary before attention, the
+residual + norm + MLP after it) into a few loops around the matmuls, which is
+what vLLM's hand-fused rms_norm / silu_and_mul / rotary kernels buy it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import torch
+import torch.fx.experimental._config as fx_config
+import torch.nn.functional as F
+from torch import nn
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Llama RMSNorm computed in fp32 like Hugging Face's: weight * normalize(x)."""
+    xf = x.float()
+    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * normed.to(x.dtype)
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """[..., 2 * I] -> silu(gate) * up, [..., I]."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def rotate(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rot_dim: int, interleaved: bool
+) -> torch.Tensor:
+    """Rotary embedding on the first `rot_dim` dims of each head. x [T, H, D]; cos/sin
+    [T, rot_dim / 2]. Interleaved (GPT-J) pairs dims (0, 1), (2, 3)...; otherwise
+    (neox / Llama) pairs dim i with i + rot_dim / 2."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    xr = x[..., :rot_dim]
+    if interleaved:
+        x1, x2 = xr[..., 0::2], xr[..., 1::2]
+        rot = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+    else:
+        x1, x2 = xr[..., : rot_dim // 2], xr[..., rot_dim // 2 :]
+        rot = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    if rot_dim == x.shape[-1]:
+        return rot
+    return torch.cat((rot, x[..., rot_dim:]), dim=-1)
+
+
+def compile_wanted(setting: bool | None, num_params: int, device: torch.device) -> bool:
+    """Whether to compile: an explicit setting wins, then AUGSERVE_COMPILE=0/1, then
+    'auto': on for models of at least 20M parameters (below that the one-off compile
+    time outweighs the gain; the tests' tiny models stay eager)."""
+    if setting is not None:
+        return setting
+    env = os.environ.get("AUGSERVE_COMPILE", "").strip().lower()
+    if env in ("0", "false", "no", "off"):
+        return False
+    if env in ("1", "true", "yes", "on"):
+        return True
+    if env not in ("", "auto"):
+        raise ValueError(f"AUGSERVE_COMPILE must be 0, 1 or auto, got {env!r}")
+    return num_params >= 20_000_000 and device.type in ("cpu", "cuda")
+
+
+def dynamic_shape_settings() -> None:
+    """One compiled graph per region for every batch size: sizes of 1 are not special
+    (`backed_size_oblivious`), and two sizes that happen to be equal when a graph is
+    traced are not assumed equal forever (no duck sizing). Process-wide settings of
+    torch's symbolic shapes, made when a runner compiles."""
+    fx_config.backed_size_oblivious = True
+    fx_config.use_duck_shape = False
+
+
+def compile_regions(regions: Iterable[nn.Module]) -> None:
+    """Compile each region module in place. Regions of one class share one compiled
+    graph (parameters are graph inputs), so 12 layers compile once, not 12 times; the
+    token dimension is dynamic, so a new batch size does not recompile."""
+    dynamic_shape_settings()
+    for m in regions:
+        m.compile(dynamic=True)
