@@ -123,7 +123,7 @@ def kill_workers() -> None:
 
 
 @contextlib.contextmanager
-def interrupt_guard(message: str = "") -> Iterator[None]:
+def interrupt_guard() -> Iterator[None]:
     """Ctrl-C handling for a run that saves its work when interrupted: the first
     Ctrl-C raises KeyboardInterrupt (the caller stops and writes what finished);
     any further one kills the workers and exits at once with status 130."""
@@ -139,7 +139,7 @@ def interrupt_guard(message: str = "") -> Iterator[None]:
             raise KeyboardInterrupt
         kill_workers()
         with contextlib.suppress(OSError):
-            os.write(2, f"\n{message or 'interrupted again: exiting now'}\n".encode())
+            os.write(2, b"\naugserve: interrupted again: exiting now\n")
         os._exit(130)
 
     previous = signal.signal(signal.SIGINT, handler)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -244,6 +245,36 @@ def _check_source(args: argparse.Namespace) -> None:
             raise ValueError(f"--workload: {argtypes.one_line(exc, ('workload: ',))}") from None
 
 
+# SchedulerConfig fields that have their own flag; any other comes from --set
+_CONFIG_FLAGS = {
+    "beta": "--beta",
+    "max_batch_tokens": "--max-batch-tokens",
+    "block_size": "--block-size",
+    "policy": "--policies",
+    "predictor": "--predictor",
+}
+
+
+def _check_configs(points: Sequence[BenchPoint]) -> None:
+    """Build each policy's scheduler config once here, so that a bad combination of
+    options fails before any work, naming the flag (not the internal class)."""
+    from augserve.bench.runner import point_scheduler_config
+    from augserve.profiles import load_profile
+
+    profile = load_profile(points[0].profile)
+    for point in {p.policy: p for p in points}.values():
+        try:
+            point_scheduler_config(point, profile)
+        except ValueError as exc:
+            text = str(exc)
+            match = re.search(r"SchedulerConfig\.(\w+)", text)
+            field = match.group(1) if match else ""
+            flag = _CONFIG_FLAGS.get(field, "--set")
+            if flag == "--set" and field not in dict(point.overrides):
+                flag = f"--block-size {point.block_size} with --profile {point.profile}"
+            raise ValueError(f"{flag}: {text.replace('SchedulerConfig.', '')}") from None
+
+
 def _engine_env(args: argparse.Namespace) -> None:
     """Hand the engine options to the backend (worker processes inherit them)."""
     if args.model is None and "AUGSERVE_ENGINE_MODEL" not in os.environ:
@@ -272,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
         workers = 1  # real-time runs must not share the CPU with each other
     out = argtypes.out_dir("--out", args.out)
     points = points_from_args(args)
+    _check_configs(points)
     _check_source(args)
     cache = PointCache(out)
     done: dict[int, list[Row]] = {}

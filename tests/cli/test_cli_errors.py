@@ -24,6 +24,7 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     assert err.startswith("augserve: error: ") and err.endswith("\n"), err
     assert err.count("\n") == 1, err
     assert "Traceback" not in err and captured.out == ""
+    assert "BenchPoint" not in err and "SchedulerConfig" not in err  # flags, not classes
     return err
 
 
@@ -57,6 +58,8 @@ BENCH_FLAG_CASES = [
     (["--set", "nope=1"], ["--set", "nope"]),
     (["--set", "beta_high"], ["--set", "beta_high"]),
     (["--set", "scan_on=maybe"], ["--set", "maybe"]),
+    (["--set", "beta_high=0.5"], ["--set", "beta_high", "0.5"]),
+    (["--block-size", "100000"], ["--block-size 100000", "opt-13b-h800"]),
     (["--backend", "gpu"], ["--backend", "gpu", "sim"]),
     (["--workload", "nope"], ["--workload", "nope", "infercept-like"]),
 ]
