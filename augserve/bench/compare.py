@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -108,7 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("results", help="results.json written by `augserve bench`")
     ap.add_argument("--ref", default="augserve")
     args = ap.parse_args(argv)
-    rows = read_json_rows(args.results)
+    try:
+        rows = read_json_rows(args.results)
+    except (OSError, ValueError, KeyError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else f"not a results file ({exc})"
+        print(f"compare: error: {args.results}: {reason}", file=sys.stderr)
+        return 2
     print(sweep_table(rows))
     print()
     print(ratio_table(rows, args.ref))

@@ -199,3 +199,18 @@ def test_the_installed_script_prints_one_line(tmp_path: Path, argv: list[str]) -
     assert proc.returncode == 2
     assert proc.stderr.startswith("augserve: error: argument ") and proc.stderr.count("\n") == 1
     assert argv[0] in proc.stderr and argv[1] in proc.stderr
+
+
+def test_compare_reports_a_bad_results_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from augserve.bench.compare import main as compare_main
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"meta": {}}')
+    for path, words in ((tmp_path / "nope.json", "No such file"), (tmp_path, "Is a directory")):
+        assert compare_main([str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(path) in err and words in err
+    assert compare_main([str(bad)]) == 2
+    assert "not a results file" in capsys.readouterr().err
