@@ -137,7 +137,13 @@ class AsyncLLMEngine:
         try:
             while True:
                 self._apply_returns()
-                step = self.engine.step() if self.engine.has_unfinished() else None
+                engine = self.engine
+                if engine.has_unfinished():
+                    step: EngineStep | None = engine.step()
+                elif engine.has_pending_outputs():
+                    step = engine.flush()  # e.g. the last live request was just aborted
+                else:
+                    step = None
                 if step is not None:
                     self._dispatch(step)
                 if step is None or step.idle:

@@ -145,6 +145,7 @@ class TraceDriver:
                 self.stats.stalled = self.engine.has_unfinished()
                 break
             now = self.clock.wait_until(min(until, self._events[0][0]))
+        self._collect(self.engine.flush().outputs)  # e.g. rejected at arrival, nothing ran
         self.stats.end_time = self.clock.now()
         return self.stats
 

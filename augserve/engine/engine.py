@@ -248,6 +248,15 @@ class LLMEngine:
     def has_runnable(self) -> bool:
         return self.scheduler.has_runnable()
 
+    def has_pending_outputs(self) -> bool:
+        """Requests finished outside a step (rejected, aborted, too long) not yet reported."""
+        return bool(self._early.outputs or self._early.calls)
+
+    def flush(self) -> EngineStep:
+        """Report what finished outside a step, without running one."""
+        step, self._early = self._early, EngineStep()
+        return step
+
     def num_in_calls(self) -> int:
         return self.scheduler.num_in_calls()
 
@@ -288,7 +297,7 @@ class LLMEngine:
     def commit(self, out: SchedulerOutput, results: Results, end: float) -> EngineStep:
         """Report the iteration to the scheduler; outputs, finishes and calls from its update."""
         upd = self.scheduler.update_from_output(out, results, end)
-        step, self._early = self._early, EngineStep()
+        step = self.flush()
         step.num_tokens, step.scheduled, step.update = out.num_scheduled_tokens, out, upd
         self._absorb(upd, step)
         for rid in results:

@@ -119,3 +119,34 @@ def test_leaving_the_stream_aborts(model_dir: Path) -> None:
     stats = llm.engine.stats()
     assert not llm.engine.has_unfinished() and not llm.engine.num_in_calls()
     assert stats.device_blocks_used == 0 and sum(stats.num_paused.values()) == 0
+
+
+def test_abort_of_the_last_live_request_reports_its_final_output(model_dir: Path) -> None:
+    llm = LLM(model_dir, dtype="fp32", num_device_blocks=64, block_size=8)
+
+    async def main() -> list[object]:
+        aengine = AsyncLLMEngine(llm.engine)
+        outs: list[object] = []
+
+        async def consume() -> None:
+            params = SamplingParams(max_tokens=400, ignore_eos=True)
+            async for o in aengine.generate([5, 6, 7], params, "r1"):
+                outs.append(o)
+
+        task = asyncio.create_task(consume())
+        while len(outs) < 3:
+            await asyncio.sleep(0.01)
+        assert aengine.abort("r1")
+        await asyncio.wait_for(task, 5.0)  # the stream ends with the abort, not a hang
+        await aengine.shutdown()
+        return outs
+
+    outs = asyncio.run(main())
+    assert outs[-1].finished and outs[-1].finish_reason == "abort"  # type: ignore[attr-defined]
+    assert llm.engine.stats().device_blocks_used == 0
+
+
+def test_a_prompt_too_long_for_the_cache_finishes_with_an_error(model_dir: Path) -> None:
+    llm = LLM(model_dir, dtype="fp32", num_device_blocks=4, block_size=8)  # 32 tokens of KV
+    [out] = llm.generate([list(range(3, 60))], SamplingParams(max_tokens=4))
+    assert out.finished and out.finish_reason == "error" and out.token_ids == []
