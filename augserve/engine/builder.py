@@ -13,8 +13,9 @@ from typing import Any
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
-from augserve.engine.engine import LLMEngine, default_latency
+from augserve.engine.engine import LLMEngine
 from augserve.engine.kv_cache import KVCacheConfig
+from augserve.engine.latency_default import default_latency
 from augserve.engine.model_runner import ModelRunner, RunnerConfig
 from augserve.engine.tokenizer import Tokenizer
 from augserve.predict.base import make_predictor

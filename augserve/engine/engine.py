@@ -19,18 +19,19 @@ The engine never waits on a call and reads only the clock it was given.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from augserve.core.config import SchedulerConfig
-from augserve.core.latency import LatencyModel, LatencyProfile
+from augserve.core.latency import LatencyModel
 from augserve.core.prediction import Prediction, Predictor
-from augserve.core.request import FinishReason, Request, Segment
+from augserve.core.request import Request, Segment
+from augserve.engine.events import decide
+from augserve.engine.latency_default import default_latency
 from augserve.engine.model_runner import ModelRunner, SeqChunk
 from augserve.engine.outputs import RequestOutput, SeqState, ToolResult
-from augserve.engine.sampling_params import SamplingParams, check_stop
+from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.swaps import order_swaps
 from augserve.engine.tokenizer import IncrementalDetokenizer, Tokenizer
 from augserve.engine.tools import (
@@ -38,14 +39,12 @@ from augserve.engine.tools import (
     PendingCall,
     ToolSession,
     scripted_call,
-    scripted_event,
 )
 from augserve.predict.base import make_predictor
 from augserve.sched.output import (
     SchedulerOutput,
     SchedulerStats,
     SchedulerUpdate,
-    StepEvent,
     StepResult,
 )
 from augserve.sched.scheduler import Scheduler
@@ -69,26 +68,6 @@ class EngineStep:
         """Nothing computed, moved or reported: waiting on calls or arrivals."""
         busy = self.scheduled is not None and not self.scheduled.is_empty
         return not busy and not self.outputs
-
-
-def default_latency(runner: ModelRunner, cfg: SchedulerConfig) -> LatencyProfile:
-    """A placeholder latency model from the runner's memory facts (fit a real one with
-    `augserve profile`): CPU-ish iteration times, a PCIe-like host link."""
-    kv = runner.kv_bytes_per_token
-    return LatencyProfile(
-        name="engine-default",
-        c0=5e-3,
-        c_prefill=5e-5,
-        c_attn=1e-8,
-        c_decode=2e-4,
-        c_ctx=1e-7,
-        kv_bytes=kv,
-        device_kv_bytes=runner.num_device_blocks * runner.block_size * kv,
-        host_kv_bytes=runner.num_host_blocks * runner.block_size * kv,
-        swap_bandwidth=8e9,
-        max_batch_tokens=cfg.max_batch_tokens,
-        max_num_seqs=cfg.max_num_seqs,
-    )
 
 
 class LLMEngine:
@@ -291,7 +270,8 @@ class LLMEngine:
         results: Results = {}
         for c, tok in zip(out.chunks, tokens, strict=True):
             if c.sample and tok is not None:
-                results[c.request_id] = self._decide(self._states[c.request_id], tok)
+                st = self._states[c.request_id]
+                results[c.request_id] = decide(st, tok, self.eos_token_ids, self.max_model_len)
         return results
 
     def commit(self, out: SchedulerOutput, results: Results, end: float) -> EngineStep:
@@ -333,37 +313,3 @@ class LLMEngine:
         return SeqChunk(
             req.request_id, req.token_ids[start : start + n], start, blocks, sample, st.params
         )
-
-    def _decide(self, st: SeqState, tok: int) -> StepResult:
-        """The event a sampled token causes (the scheduler applies it)."""
-        req, p = st.request, st.params
-        if tok in p.stop_token_ids or (not p.ignore_eos and tok in self.eos_token_ids):
-            st.add_generated(tok, decode=False)  # a stop token is not part of the text
-            return StepResult(tok, StepEvent.FINISH, FinishReason.STOP)
-        old = len(st.text)
-        st.add_generated(tok)
-        if p.stop and len(st.text) > old:
-            longest = max(len(s) for s in p.stop)
-            idx = check_stop(st.text, p.stop, max(st.segment_start, old - longest + 1))
-            if idx is not None:
-                st.cut_text(idx)
-                return StepResult(tok, StepEvent.FINISH, FinishReason.STOP)
-        if req.num_tokens + 1 >= self.max_model_len:
-            return StepResult(tok, StepEvent.FINISH, FinishReason.LENGTH)
-        if st.scripted:
-            return StepResult(tok, scripted_event(req), FinishReason.STOP)
-        if st.tools is not None:
-            return self._tool_event(st, tok)
-        return StepResult(tok)
-
-    def _tool_event(self, st: SeqState, tok: int) -> StepResult:
-        assert st.tools is not None
-        call = st.tools.parser.parse(st.text, st.segment_start)
-        if call is None:
-            return StepResult(tok)
-        if st.tools.runs_on_server(call.name):
-            st.call = call
-            args_len = len(json.dumps(call.arguments))
-            return StepResult(tok, StepEvent.CALL, tool=call.name, args_len=args_len)
-        st.client_calls = [call]
-        return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)
