@@ -26,7 +26,8 @@ from augserve.bench.runner import BenchPoint, Row, get_backend
 OnResult = Callable[[int, list[Row]], None]
 
 
-def _run(point: BenchPoint) -> list[Row]:
+def run_one(point: BenchPoint) -> list[Row]:
+    """Run one point on its backend (in whatever process this is)."""
     return get_backend(point.backend)(point)
 
 
@@ -35,6 +36,7 @@ def run_points(
     workers: int | None = None,
     progress: bool = True,
     on_result: OnResult | None = None,
+    desc: str = "bench",
 ) -> list[Row]:
     """Run every point (in parallel worker processes when workers > 1), in point order.
 
@@ -44,7 +46,7 @@ def run_points(
     `on_result` has seen every point that finished.
     """
     workers = max(1, min(workers or os.cpu_count() or 1, len(points) or 1))
-    bar = _progress(len(points), progress)
+    bar = progress_bar(len(points), progress, desc)
     by_index: dict[int, list[Row]] = {}
 
     def done(i: int, rows: list[Row]) -> None:
@@ -56,7 +58,7 @@ def run_points(
     try:
         if workers == 1:
             for i, p in enumerate(points):
-                done(i, _run(p))
+                done(i, run_one(p))
         else:
             _run_pool(points, workers, done)
     finally:
@@ -65,12 +67,11 @@ def run_points(
 
 
 def _run_pool(points: Sequence[BenchPoint], workers: int, done: OnResult) -> None:
-    # the costliest points (highest rate, longest window) first: shorter tail
-    order = sorted(range(len(points)), key=lambda i: -points[i].rate * points[i].window)
+    order = cost_order(points)
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
     _LIVE_POOLS.append(pool)
     try:
-        futures = {pool.submit(_run, points[i]): i for i in order}
+        futures = {pool.submit(run_one, points[i]): i for i in order}
         for fut in as_completed(futures):
             done(futures[fut], fut.result())
     except BaseException:
@@ -157,9 +158,16 @@ class _NoBar:
         pass
 
 
-def _progress(total: int, enabled: bool) -> Any:
+def progress_bar(total: int, enabled: bool, desc: str = "bench") -> Any:
+    """A tqdm bar over `total` points (an object with `update`/`close` that draws nothing
+    when not `enabled`)."""
     if not enabled:
         return _NoBar()
     from tqdm import tqdm  # type: ignore[import-untyped]
 
-    return tqdm(total=total, desc="bench", unit="pt")
+    return tqdm(total=total, desc=desc, unit="pt")
+
+
+def cost_order(points: Sequence[BenchPoint]) -> list[int]:
+    """Point indices, the costliest first (highest rate x window): a shorter tail."""
+    return sorted(range(len(points)), key=lambda i: -points[i].rate * points[i].window)

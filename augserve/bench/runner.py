@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 Row = dict[str, Any]
 RunPoint = Callable[["BenchPoint"], list[Row]]
@@ -38,10 +38,11 @@ def register_backend(name: str, target: str) -> None:
 
 
 def get_backend(name: str) -> RunPoint:
-    try:
-        target = BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}") from None
+    """The backend registered as `name`, or `name` itself when it is "module:function"
+    (so a point can name a backend that no process registered, e.g. in a Ray worker)."""
+    target = BACKENDS.get(name) or (name if ":" in name else None)
+    if target is None:
+        raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
     module, _, func = target.partition(":")
     try:
         fn: RunPoint = getattr(importlib.import_module(module), func)
@@ -184,20 +185,44 @@ def point_scheduler_config(point: BenchPoint, profile: Any) -> Any:
     )
 
 
+# columns that measure this machine's wall time: they differ between two runs of a point
+WALL_TIME_COLUMNS = ("sim_wall_s", "sim_cpu_s", "sched_ms_per_iter")
+
+
+class Probe(Protocol):
+    """Watches one simulation: `attach` gets the `Simulator` before it runs, `observe`
+    every iteration (the simulator's observer), `summary` adds columns to the row."""
+
+    def attach(self, sim: Any) -> None: ...
+
+    def observe(self, end: float, out: Any, upd: Any) -> None: ...
+
+    def summary(self) -> Row: ...
+
+
 def run_sim_point(point: BenchPoint) -> list[Row]:
     """Simulate one point and summarize it as one row."""
+    return [sim_point_row(point)]
+
+
+def sim_point_row(point: BenchPoint, probe: Probe | None = None) -> Row:
+    """Simulate one point (watched by `probe`, if any) and summarize it as one row."""
     from augserve.core.metrics import SLOConfig, compute_metrics
     from augserve.predict.base import make_predictor
     from augserve.profiles import load_profile
-    from augserve.sim.simulator import simulate
+    from augserve.sim.simulator import Simulator
 
     profile = load_profile(point.profile)
     config = point_scheduler_config(point, profile)
     requests = build_requests(point)
     predictor = make_predictor(point.predictor, seed=point.seed)
-    t0 = time.perf_counter()
-    result = simulate(requests, profile, config, point.window, point.drain, predictor)
-    wall = time.perf_counter() - t0
+    observer = probe.observe if probe is not None else None
+    sim = Simulator(profile, config, predictor, observer=observer)
+    if probe is not None:
+        probe.attach(sim)
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = sim.run(requests, point.window, point.drain)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     slo = SLOConfig.from_iteration_time(profile.decode_iter_time())
     summary = compute_metrics(result.requests, slo, start=0.0, end=point.window + point.drain)
     row: Row = point.key()
@@ -220,9 +245,12 @@ def run_sim_point(point: BenchPoint) -> list[Row]:
         stalled=stats.stalled,
         sched_ms_per_iter=stats.sched_ms_per_iter,
         sim_wall_s=wall,
+        sim_cpu_s=cpu,
         sim_end_time=stats.end_time,
     )
-    return [row]
+    if probe is not None:
+        row.update(probe.summary())
+    return row
 
 
 # --- aggregation over seeds --------------------------------------------------------------

@@ -22,6 +22,7 @@ from augserve.cli.args import one_line
 _COMMAND_MODULES = (
     "augserve.cli.workload",
     "augserve.cli.bench",
+    "augserve.cli.reproduce",
     "augserve.cli.engine",
     "augserve.cli.predictor",
     "augserve.cli.serve",

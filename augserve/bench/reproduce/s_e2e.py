@@ -1,0 +1,108 @@
+"""Section 1: end-to-end comparison (paper figure 7)."""
+
+from __future__ import annotations
+
+from augserve.bench.reproduce import common, figures, paper, spec
+from augserve.bench.reproduce.plan import Context, Results, Section, rel
+from augserve.bench.reproduce.tables import fmt, section_header, table
+from augserve.bench.runner import BenchPoint
+
+NAME = "e2e"
+
+
+def points(ctx: Context) -> list[BenchPoint]:
+    return common.setting_points(ctx, common.fig7_settings(ctx))
+
+
+def goodput_table(res: Results, ctx: Context, prof: str, wl: str) -> str:
+    rates = common.rates_for(ctx, prof, wl)
+    body = []
+    for pol in spec.POLICIES:
+        cells = [
+            fmt(
+                res.value(
+                    spec.point(pol, r, prof, wl, ctx.scale.window, ctx.scale.drain), "goodput"
+                ),
+                ".2f",
+            )
+            for r in rates
+        ]
+        body.append([pol, *cells])
+    return table(["goodput (req/s) at rate", *[f"{r:g}" for r in rates]], body)
+
+
+def render(ctx: Context, res: Results) -> str:
+    settings = common.fig7_settings(ctx)
+    pts = points(ctx)
+    out = [
+        section_header(
+            "1. End-to-end: goodput, TTFT and normalized latency vs rate (figure 7)",
+            f"All six policies, Poisson arrivals over {ctx.scale.window:g} s (the paper: "
+            "1800 s), oracle predictor, on the INFERCEPT trace (resampled with replacement) "
+            "and the ToolBench-like generator, for GPT-J-6B/RTX 4090, OPT-13B/H800 and "
+            "Vicuna-13B/2xA100. SLO: TTFT < 1 s and normalized latency < 10 decode "
+            "iterations of the profile at batch 1 (the dashed lines).",
+            res.missing(ctx.seeded(pts)),
+            len(ctx.seeded(pts)),
+        )
+    ]
+    for family, members in common.families(settings).items():
+        tab, notes = common.comparison(
+            res, ctx, members, [*spec.PAPER_BASELINES, spec.STRONGEST], dict(paper.GOODPUT_RATIO)
+        )
+        out.append(
+            f"**AugServe against each baseline, {family} profiles** (geomean over every "
+            "setup, workload and rate; changes are geomeans of AugServe / baseline - 1; the "
+            "paper's ratios are over all its settings, figure 7 alone: vLLM 7.5x, "
+            "INFERCEPT 5.7x, SSJF 1.9x):\n"
+        )
+        out.append(tab + "\n")
+        if notes:
+            out.append("Large differences from the paper:\n\n" + "\n".join(notes) + "\n")
+    by_profile: dict[str, list[str]] = {}
+    for prof, wl in settings:
+        by_profile.setdefault(prof, []).append(wl)
+    for prof, wls in by_profile.items():
+        groups = [(spec.WORKLOADS[wl], common.sweep_rows(res, ctx, prof, wl)) for wl in wls]
+        if any(rows for _, rows in groups):
+            fig = figures.sweep_grid(
+                groups,
+                (figures.GOODPUT, figures.TTFT, figures.NL),
+                ctx.fig_dir / f"fig7-{prof}.png",
+                f"Figure 7: {spec.profile_label(prof).replace('`', '')}",
+            )
+            out.append(f"### {spec.profile_label(prof)}\n\n![figure 7, {prof}]({rel(ctx, fig)})\n")
+        for wl in wls:
+            out.append(f"{spec.WORKLOADS[wl]}:\n\n" + goodput_table(res, ctx, prof, wl) + "\n")
+    out.append(_toolbench_point(ctx, res))
+    return "\n".join(out)
+
+
+def _toolbench_point(ctx: Context, res: Results) -> str:
+    """The one point figure 7's text quotes: OPT-13B/H800, ToolBench, 5 req/s."""
+    prof = ctx.primary(spec.MAIN_SETUP)
+    if 5.0 not in common.rates_for(ctx, prof, spec.TOOLBENCH):
+        return ""
+    cells = [
+        [
+            pol,
+            fmt(
+                res.value(
+                    spec.point(pol, 5.0, prof, spec.TOOLBENCH, ctx.scale.window, ctx.scale.drain),
+                    "goodput",
+                ),
+                ".2f",
+            ),
+            fmt(paper.FIG7_TOOLBENCH_5.get(pol), ".1f"),
+        ]
+        for pol in ("vllm", "infercept", "augserve")
+    ]
+    return (
+        "The paper's quoted point (OPT-13B/H800, ToolBench, 5 req/s: vLLM and INFERCEPT "
+        '"near zero", AugServe 2.4 req/s); ours on the ToolBench-like generator:\n\n'
+        + table(["policy", "goodput (ours)", "paper"], cells)
+        + "\n"
+    )
+
+
+SECTION = Section(NAME, "End-to-end (figure 7)", points, render)
