@@ -85,19 +85,11 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from augserve.bench.cache import PointCache
-    from augserve.bench.pool import interrupt_guard
     from augserve.bench.reproduce import sections
-    from augserve.bench.reproduce.execute import cached_rows, run_sections, section_points
     from augserve.bench.reproduce.plan import Context
-    from augserve.bench.reproduce.report import write_report
     from augserve.bench.reproduce.spec import SCALES
     from augserve.profiles import list_profiles
 
-    if args.ray:
-        from augserve.bench.ray_pool import import_ray
-
-        import_ray()  # a missing extra is a one-line error before any work
     scale = SCALES["quick" if args.quick else "full"]
     out = argtypes.out_dir("--out", args.out or f"runs/reproduce{'-quick' if args.quick else ''}")
     report_dir = argtypes.out_dir("--report-dir", args.report_dir) if args.report_dir else out
@@ -106,6 +98,34 @@ def run(args: argparse.Namespace) -> int:
     chosen = [s for s in every if args.only is None or s.name in args.only]
     workers = args.workers or os.cpu_count() or 1
     t0, cpu0 = time.perf_counter(), _cpu_s()
+    ray_started = False
+    if args.ray:  # join or start the cluster before any work: a bad address fails first
+        from augserve.bench.ray_pool import connect
+
+        ray_started = connect(args.ray, workers)
+    try:
+        return _run(args, ctx, every, chosen, workers, t0, cpu0)
+    finally:
+        if ray_started:
+            import ray
+
+            ray.shutdown()
+
+
+def _run(
+    args: argparse.Namespace,
+    ctx: Any,
+    every: list[Any],
+    chosen: list[Any],
+    workers: int,
+    t0: float,
+    cpu0: float,
+) -> int:
+    from augserve.bench.cache import PointCache
+    from augserve.bench.pool import interrupt_guard
+    from augserve.bench.reproduce.execute import cached_rows, run_sections, section_points
+    from augserve.bench.reproduce.report import write_report
+
     with interrupt_guard():
         state = run_sections(ctx, chosen, workers, args.ray, not args.no_progress, args.fresh)
         if state.interrupted:
@@ -117,14 +137,14 @@ def run(args: argparse.Namespace) -> int:
             )
         rows = cached_rows(PointCache(ctx.out, code=True), section_points(ctx, every))
         rows.update(state.rows)
-        command = "augserve reproduce " + " ".join(sys.argv[2:])
+        command = _command(args)
         path = write_report(
             ctx,
             every,
             [s.name for s in chosen],
             rows,
             state,
-            command.strip(),
+            command,
             (time.perf_counter() - t0, _cpu_s() - cpu0),
         )
     print(
@@ -146,3 +166,21 @@ def _cpu_s() -> float:
         resource.getrusage(resource.RUSAGE_CHILDREN),
     )
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that makes this run (from the parsed options)."""
+    parts = ["augserve reproduce"]
+    if args.quick:
+        parts.append("--quick")
+    if args.only:
+        parts.append(f"--only {','.join(args.only)}")
+    for flag, value in (
+        ("--out", args.out),
+        ("--report-dir", args.report_dir),
+        ("--workers", args.workers),
+        ("--ray", args.ray),
+    ):
+        if value is not None:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
