@@ -6,6 +6,11 @@ both systems, so prefill cost cancels. Also reports the share of a batch-16
 decode step spent outside the model forward (input prep + LM head/sampling).
 
     .venv/bin/python benchmarks/bench_engine_throughput.py --threads 2
+
+fp32 by default (this project's CPU has no native bf16: bf16 is emulated there and
+no faster). The engine compiles its fused regions and paged decode kernel unless
+--no-compile; warm-up runs take the compile time out of the figures.
+For the comparison with vLLM see benchmarks/vs_vllm/bench_vs_vllm.py.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from typing import Any
 
 import torch
 
+from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.make_model import make_model
-from augserve.engine.model_runner import ModelRunner, SeqChunk
+from augserve.engine.model_runner import ModelRunner, RunnerConfig, SeqChunk
 from augserve.engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -142,7 +148,8 @@ def overhead_share(runner: ModelRunner, batch: int, prompt: int, steps: int) -> 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model-dir", type=Path, default=None)
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--dtype", default="fp32", choices=["bf16", "fp32"])
+    p.add_argument("--no-compile", action="store_true", help="the eager reference path")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batches", default="1,8,32")
     p.add_argument("--prompt", type=int, default=64, help="prompt length for decode runs")
@@ -157,11 +164,14 @@ def main() -> None:
     CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
     model_dir = a.model_dir or make_model("llama", "100m", Path(tempfile.mkdtemp()) / "llama100m")
     tdtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[a.dtype]
-    runner = ModelRunner.from_dir(model_dir, a.dtype, block_size=16, num_device_blocks=1024)
+    kv = KVCacheConfig(block_size=16, num_device_blocks=1024)
+    runner = ModelRunner(
+        RunnerConfig(str(model_dir), a.dtype, "cpu", kv, a.threads, compile=not a.no_compile)
+    )
     n_params = sum(t.numel() for t in runner.model.parameters())
     print(
         f"model {model_dir} params={n_params / 1e6:.1f}M dtype={a.dtype} "
-        f"threads={a.threads} clock={a.clock}"
+        f"threads={a.threads} clock={a.clock} attention={runner.attention_backend}"
     )
     hf = None
     if not a.skip_hf:

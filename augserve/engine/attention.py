@@ -190,6 +190,8 @@ def _decode(
             block_table=tables.to(torch.int32), softmax_scale=scale, causal=True,
         )  # fmt: skip
         return out.squeeze(1)
+    if torch.compiler.is_compiling():  # traced into a larger compiled graph
+        return decode_paged(q, k_cache, v_cache, tables, lens, scale)
     fn = compiled_decode() if meta.compiled else decode_reference
     return fn(q, k_cache, v_cache, tables, lens, scale)
 
@@ -248,8 +250,26 @@ def paged_attention(
     meta: AttentionMetadata,
     scale: float,
 ) -> torch.Tensor:
-    """Write k/v [T, kvH, D] into the cache, attend with q [T, H, D]; returns [T, H, D]."""
+    """Write k/v [T, kvH, D] into the cache, attend with q [T, H, D]; returns [T, H, D].
+    Run eagerly, it is a `paged_attention` range in torch.profiler traces."""
+    if torch.compiler.is_compiling():  # part of a compiled whole-model graph
+        return _attend(q, k, v, k_cache, v_cache, meta, scale)
+    with torch.profiler.record_function("paged_attention"):
+        return _attend(q, k, v, k_cache, v_cache, meta, scale)
+
+
+def _attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
     write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+    if not meta.prefills:  # decodes only: no Python int of the batch size is consulted
+        return _decode(q, k_cache, v_cache, meta, scale)
     parts: list[torch.Tensor] = []
     nd = meta.num_decode
     if nd:

@@ -136,8 +136,10 @@ class ModelRunner:
         m = self.model
         n_params = sum(p.numel() for p in m.parameters())
         self.compiled = compile_wanted(cfg.compile, n_params, self.device)
-        if self.compiled:
+        self._decode_forward = None
+        if self.compiled:  # see run_model
             compile_regions(m.regions())
+            self._decode_forward = torch.compile(m.forward, dynamic=True, fullgraph=True)
         self.kv = KVCache(cfg.kv, m.num_layers, m.num_kv_heads, m.head_dim, self.dtype, self.device)
         self.sampler = Sampler()
         self.eos_token_ids: tuple[int, ...] = read_eos_token_ids(cfg.model_dir)
@@ -232,9 +234,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run_model(self, inp: StepInputs) -> torch.Tensor:
-        """The forward pass: hidden states [T, hidden] of all flat tokens (writes KV)."""
+        """The forward pass: hidden states [T, hidden] of all flat tokens (writes KV).
+
+        Compiled, a step of decodes only runs as one graph (every layer, the cache
+        writes and the paged kernel; one call, dynamic batch size and context width);
+        a step with prefill chunks runs the layers' compiled regions around eager
+        attention (one SDPA per chunk)."""
         kv = self.kv
-        return self.model(inp.input_ids, inp.positions, inp.meta, kv.k_caches, kv.v_caches)
+        fwd = self._decode_forward if self._decode_forward and not inp.meta.prefills else self.model
+        return fwd(inp.input_ids, inp.positions, inp.meta, kv.k_caches, kv.v_caches)
 
     @torch.inference_mode()
     def sample(self, hidden: torch.Tensor, inp: StepInputs, n: int) -> list[int | None]:

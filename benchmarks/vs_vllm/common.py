@@ -55,7 +55,9 @@ WORKLOADS = {
 def prompts(w: Workload, vocab: int, seed: int = 0) -> list[list[int]]:
     """The same token ids in every worker (a seeded stdlib generator)."""
     rng = random.Random(f"{seed}-{w.name}")
-    return [[rng.randrange(VOCAB_LOW, vocab) for _ in range(w.prompt_len)] for _ in range(w.num_prompts)]
+    return [
+        [rng.randrange(VOCAB_LOW, vocab) for _ in range(w.prompt_len)] for _ in range(w.num_prompts)
+    ]
 
 
 def cpu_flags() -> dict[str, Any]:
@@ -100,7 +102,9 @@ def serve_requests(run: Any, info: dict[str, Any]) -> None:
             send({"error": f"{type(e).__name__}: {e}"})
 
 
-def measure(generate: Any, w: Workload, vocab: int, max_tokens: int | None = None) -> dict[str, Any]:
+def measure(
+    generate: Any, w: Workload, vocab: int, max_tokens: int | None = None
+) -> dict[str, Any]:
     """Time `generate(prompts, max_tokens) -> list[list[int]]` on workload `w`.
 
     Returns the figure in the workload's unit, the seconds, and the first 32 output ids

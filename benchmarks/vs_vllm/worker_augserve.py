@@ -1,6 +1,6 @@
 """augserve and Hugging Face workers for bench_vs_vllm.py; run in the project's venv.
 
-    .venv/bin/python worker_augserve.py --engine augserve --model DIR --threads 2
+.venv/bin/python worker_augserve.py --engine augserve --model DIR --threads 2
 """
 
 from __future__ import annotations

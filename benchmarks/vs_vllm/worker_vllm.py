@@ -1,6 +1,6 @@
 """vLLM worker for bench_vs_vllm.py; runs in vLLM's own virtual environment.
 
-    VLLM_CPU_KVCACHE_SPACE=2 ... .venv-vllm/bin/python worker_vllm.py --model DIR --mode eager
+VLLM_CPU_KVCACHE_SPACE=2 ... .venv-vllm/bin/python worker_vllm.py --model DIR --mode eager
 """
 
 from __future__ import annotations

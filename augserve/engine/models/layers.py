@@ -109,10 +109,11 @@ class DecoderLayer(nn.Module):
 def split_qkv(
     qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[T, (H + 2 kvH) D] -> q [T, H, D], k [T, kvH, D], v [T, kvH, D] (views)."""
-    t = qkv.shape[0]
-    q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
-    return q.view(t, heads, head_dim), k.view(t, kv_heads, head_dim), v.view(t, kv_heads, head_dim)
+    """[T, (H + 2 kvH) D] -> q [T, H, D], k [T, kvH, D], v [T, kvH, D] (views). Viewed
+    as heads first, then split: a view of a split would guard on T != 1 when compiled."""
+    per_head = qkv.view(qkv.shape[0], heads + 2 * kv_heads, head_dim)
+    q, k, v = per_head.split([heads, kv_heads, kv_heads], dim=1)
+    return q, k, v
 
 
 def load_param(param: torch.Tensor, value: torch.Tensor, name: str) -> None:
