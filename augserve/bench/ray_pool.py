@@ -53,7 +53,7 @@ def connect(address: str, workers: int | None = None) -> bool:
         return False
     opts: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if address == LOCAL:
-        ray.init(num_cpus=workers, include_dashboard=False, **opts)
+        _start_local(ray, workers, opts)
     else:
         try:
             ray.init(address=address, **opts)
@@ -62,9 +62,17 @@ def connect(address: str, workers: int | None = None) -> bool:
     return True
 
 
-def cluster_cpus() -> int:
-    """CPUs the connected Ray cluster offers."""
-    return int(import_ray().cluster_resources().get("CPU", 0))
+def _start_local(ray: Any, workers: int | None, opts: dict[str, Any], tries: int = 2) -> None:
+    """`ray.init` of a private instance. Ray gives its node processes a fixed 30 s to
+    register; on a loaded machine that can run out, so one more try is made."""
+    for attempt in range(tries):
+        try:
+            ray.init(num_cpus=workers, include_dashboard=False, **opts)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this
+            ray.shutdown()
+            if "timed out during startup" not in str(exc) or attempt == tries - 1:
+                raise ValueError(f"--ray local: Ray did not start: {exc}") from None
 
 
 def run_points_ray(

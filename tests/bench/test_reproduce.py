@@ -26,6 +26,7 @@ TINY = replace(
     rates={k: v[:1] for k, v in spec.QUICK.rates.items()},
     toolbench_rates={k: v[:1] for k, v in spec.QUICK.toolbench_rates.items()},
     budgets=(500, 1500),
+    ablation_rates=(3.0,),
     noise=(0.5,),
     overhead_rates=(3.0,),
     learned_embed=False,

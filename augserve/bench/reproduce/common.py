@@ -98,9 +98,11 @@ def comparison(
     baselines: Sequence[str],
     paper_ratio: dict[str, float],
     ref: str = "augserve",
+    paper_changes: bool = True,
 ) -> tuple[str, list[str]]:
     """The geomean table of `ref` against each baseline beside the paper's, and one
-    sentence per large difference (more than 1.5x either way) naming its cause."""
+    sentence per large difference (more than 1.5x either way) naming its cause.
+    `paper_changes`: show the paper's TTFT / latency changes (figure 7's) beside ours."""
     body, notes = [], []
     for base in baselines:
         mine, theirs, rows = pairs(res, ctx, settings, base, "goodput", ref)
@@ -121,8 +123,8 @@ def comparison(
                 pct(ttft),
                 pct(nl),
                 f"{p:g}x" if p else "- (not in the paper)",
-                pct(paper.TTFT_CHANGE.get(base)),
-                pct(paper.NL_CHANGE.get(base)),
+                pct(paper.TTFT_CHANGE.get(base)) if paper_changes else "-",
+                pct(paper.NL_CHANGE.get(base)) if paper_changes else "-",
             ]
         )
         if p and gm and (gm / p > 1.5 or p / gm > 1.5):
@@ -158,10 +160,18 @@ def cause(base: str, ours: float, theirs: float, rows: Sequence[tuple[Row, Row]]
                 "regime where the policies differ."
             )
         close = sum(1 for a, b in rows if b["goodput"] >= 0.95 * a["goodput"])
+        if close >= max(1, n // 4):
+            return (
+                f"Cause: the baseline is stronger here than in the paper: {base} is within 5% "
+                f"of AugServe's goodput or above it in {close} of {n} settings."
+            )
+        top = [b["slo_attainment"] for a, b in rows if b["slo_attainment"] < 0.9]
+        share = sum(top) / len(top) if top else 0.0
         return (
-            f"Cause: the baseline is stronger here than in the paper: {base} is within 5% of "
-            f"AugServe's goodput or above it in {close} of {n} settings, while AugServe's "
-            "own gain is concentrated in the few most loaded ones."
+            f"Cause: load range: the gap grows with the rate, and {base} still meets the SLO "
+            f"for {100 * share:.0f}% of requests on average where it misses the 90% mark "
+            "(the paper's baselines are near zero at its top rates): our sweeps stop at a "
+            "lighter load, relative to each simulated setup's capacity, than the paper's."
         )
     if base == "vllm":
         disc = [b.get("discards", 0) / max(1, b.get("num_finished", 1)) for _, b in rows]

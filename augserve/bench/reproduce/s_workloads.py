@@ -64,7 +64,9 @@ def render(ctx: Context, res: Results) -> str:
         "### Llama-3-70B on 4xA100 (figure 12)\n",
         _figure(ctx, res, s["llama"], "fig12-llama70b", "Figure 12: Llama-3-70B / 4xA100"),
     ]
-    tab, _ = common.comparison(res, ctx, s["llama"], spec.PAPER_BASELINES + (spec.STRONGEST,), {})
+    tab, _ = common.comparison(
+        res, ctx, s["llama"], spec.PAPER_BASELINES + (spec.STRONGEST,), {}, paper_changes=False
+    )
     out += [
         tab + "\n",
         "### MARS (figures 13-14, appendix D.6)\n",

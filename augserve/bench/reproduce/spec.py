@@ -122,9 +122,9 @@ FULL = Scale(
 QUICK = replace(
     FULL,
     name="quick",
-    drain=120.0,
-    window=240.0,
-    table_window=300.0,
+    drain=90.0,
+    window=180.0,
+    table_window=150.0,
     rates={
         "gptj-6b-rtx4090": (1.0, 2.0),
         "opt-13b-h800": (3.0, 5.0),
@@ -137,13 +137,13 @@ QUICK = replace(
         "vicuna-13b-2xa100": (2.0, 4.0),
     },
     budgets=(100, 500, 1500, 2000),
-    ablation_rates=(3.0,),
-    beta_rates=(3.0,),
+    ablation_rates=(3.0, 5.0),
+    beta_rates=(5.0,),
     burst_rates=(3.0,),
     noise=(0.2, 0.5),
     predictor_rates=(4.0,),
     learned_embed=False,
-    overhead_rates=(3.0, 6.0),
+    overhead_rates=(4.0,),
     both_profiles=(),
 )
 SCALES = {"quick": QUICK, "full": FULL}
