@@ -142,8 +142,10 @@ def lines(
     paper: Mapping[str, XY] | None = None,
     log_y: bool = False,
     x_ticks: Sequence[tuple[float, str]] | None = None,
+    markers: Mapping[str, XY] | None = None,
 ) -> Path:
-    """One panel: a line per series (ours, solid), the paper's as dashed lines."""
+    """One panel: a line per series (ours, solid), the paper's as dashed lines, single
+    points (`markers`) as stars. A linear y axis starts at 0."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.6, 3.6))
     for name, pts in series.items():
@@ -158,10 +160,15 @@ def lines(
     for name, pts in (paper or {}).items():
         if pts:
             ax.plot(*zip(*pts, strict=True), marker="x", linestyle="--", label=f"{name} (paper)")
+    for name, pts in (markers or {}).items():
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="*", ms=11, linestyle="none", label=name)
     if x_ticks:
         ax.set_xticks([t for t, _ in x_ticks], [s for _, s in x_ticks])
     if log_y:
         ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(title, fontsize=9)

@@ -55,8 +55,10 @@ def render(ctx: Context, res: Results) -> str:
             len(pts),
         )
     ]
-    body, notes, series, paper_series = [], [], {}, {}
+    body, notes, figs = [], [], []
     for setup, rate, prof in _settings(ctx):
+        series: dict[str, list[tuple[float, float]]] = {}
+        paper_series: dict[str, list[tuple[float, float]]] = {}
         ref = paper.TABLE1.get((setup, rate))
         if ref:
             cells = [
@@ -64,27 +66,26 @@ def render(ctx: Context, res: Results) -> str:
                 for b in budgets
             ]
             body.append([f"paper, {spec.SETUPS[setup]}", f"{rate:g}", *cells])
-            paper_series[f"{spec.SETUPS[setup]}"] = list(zip(paper.BUDGETS, ref, strict=True))
+            paper_series["table 1"] = list(zip(paper.BUDGETS, ref, strict=True))
         for pol in spec.BUDGET_POLICIES:
             vals = [res.value(_point(ctx, pol, rate, prof, b), "goodput") for b in budgets]
             name = f"{pol}{' (static)' if pol == 'augserve' else ''}"
             body.append([f"{name}, `{prof}`", f"{rate:g}", *[fmt(v, ".2f") for v in vals]])
-            series[f"{pol} {prof}"] = [
-                (b, v) for b, v in zip(budgets, vals, strict=True) if v is not None
-            ]
+            series[name] = [(b, v) for b, v in zip(budgets, vals, strict=True) if v is not None]
             if pol == "infercept" and ref and all(v is not None for v in vals):
                 notes.append(_note(ctx, res, setup, rate, prof, budgets, vals, ref))
+        if any(series.values()):
+            fig = figures.lines(
+                series,
+                ctx.fig_dir / f"table1-budget-{prof}.png",
+                f"Table 1: goodput vs static token budget, {prof}, {rate:g} req/s",
+                "max batch tokens per iteration",
+                "goodput (req/s)",
+                paper=paper_series,
+            )
+            figs.append(f"![table 1, {prof}]({rel(ctx, fig)})")
     out.append(table(["system", "rate (req/s)", *[f"{b}" for b in budgets]], body) + "\n")
-    if series:
-        fig = figures.lines(
-            series,
-            ctx.fig_dir / "table1-budget.png",
-            "Table 1: goodput vs static token budget",
-            "max batch tokens per iteration",
-            "goodput (req/s)",
-            paper=paper_series,
-        )
-        out.append(f"![table 1]({rel(ctx, fig)})\n")
+    out.append("\n".join(figs) + "\n")
     if notes:
         out.append("Differences from the paper:\n\n" + "\n".join(notes) + "\n")
     return "\n".join(out)

@@ -80,27 +80,41 @@ def render(ctx: Context, res: Results) -> str:
 
 def _toolbench_point(ctx: Context, res: Results) -> str:
     """The one point figure 7's text quotes: OPT-13B/H800, ToolBench, 5 req/s."""
+    from augserve.workload import make_workload
+
     prof = ctx.primary(spec.MAIN_SETUP)
-    if 5.0 not in common.rates_for(ctx, prof, spec.TOOLBENCH):
-        return ""
+    rate = max(common.rates_for(ctx, prof, spec.TOOLBENCH))
+    reqs = make_workload(spec.TOOLBENCH, 2000, 0).requests
+    prompt = sum(r.prompt_len for r in reqs) / len(reqs)
+    returned = sum(s.return_len or 0 for r in reqs for s in r.segments) / len(reqs)
     cells = [
         [
             pol,
+            fmt(paper.FIG7_TOOLBENCH_5.get(pol), ".1f"),
             fmt(
                 res.value(
-                    spec.point(pol, 5.0, prof, spec.TOOLBENCH, ctx.scale.window, ctx.scale.drain),
+                    spec.point(pol, rate, prof, spec.TOOLBENCH, ctx.scale.window, ctx.scale.drain),
                     "goodput",
                 ),
                 ".2f",
             ),
-            fmt(paper.FIG7_TOOLBENCH_5.get(pol), ".1f"),
+            fmt(
+                res.value(
+                    spec.point(pol, rate, prof, spec.TOOLBENCH, ctx.scale.window, ctx.scale.drain),
+                    "slo_attainment",
+                ),
+                ".2f",
+            ),
         ]
         for pol in ("vllm", "infercept", "augserve")
     ]
     return (
-        "The paper's quoted point (OPT-13B/H800, ToolBench, 5 req/s: vLLM and INFERCEPT "
-        '"near zero", AugServe 2.4 req/s); ours on the ToolBench-like generator:\n\n'
-        + table(["policy", "goodput (ours)", "paper"], cells)
+        "The paper quotes one point of figure 7: OPT-13B/H800 on ToolBench at 5 req/s, where "
+        'vLLM and INFERCEPT are "near zero" and AugServe keeps 2.4 req/s of goodput. Our '
+        f"ToolBench-like generator is heavier ({prompt:.0f}-token prompts and {returned:.0f} "
+        "returned tokens per request on average), so this profile saturates near 1.5 req/s "
+        f"and the sweep stops at {rate:g} req/s; there:\n\n"
+        + table(["policy", "paper goodput @5", f"goodput @{rate:g}", f"SLO att. @{rate:g}"], cells)
         + "\n"
     )
 

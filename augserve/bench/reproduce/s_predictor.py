@@ -111,7 +111,11 @@ def render(ctx: Context, res: Results) -> str:
             len(pts),
         )
     ]
-    body, series = [], {m.key: {} for m in (figures.GOODPUT, figures.TTFT, figures.NL)}
+    metrics = (figures.GOODPUT, figures.TTFT, figures.NL)
+    body: list[list[str]] = []
+    series: dict[str, dict[str, list[tuple[float, float]]]] = {m.key: {} for m in metrics}
+    stars: dict[str, dict[str, list[tuple[float, float]]]] = {m.key: {} for m in metrics}
+    x_learned = max(ctx.scale.noise) + 0.15
     for rate in ctx.scale.predictor_rates:
         base = res.row(_pt(ctx, "oracle", rate, spec.INFERCEPT))
         for pred in _predictors(ctx):
@@ -121,35 +125,30 @@ def render(ctx: Context, res: Results) -> str:
                 if row is not None and row.get(key) is not None:
                     by_rate.setdefault(f"{rate:g} req/s", []).append((_level(pred), row[key]))
         hbase = res.row(_pt(ctx, "oracle", rate, _heldout(ctx)))
-        for pred in ("oracle", _learned(ctx)):
+        for pred, x in (("oracle", x_learned - 0.05), (_learned(ctx), x_learned)):
             row = res.row(_pt(ctx, pred, rate, _heldout(ctx)))
-            body.append(_cells("held-out", pred.split(":")[0], rate, row, hbase))
-    out.append(
-        table(
-            [
-                "requests",
-                "predictor",
-                "rate",
-                "goodput (req/s)",
-                "vs oracle",
-                "SLO att.",
-                "TTFT mean (s)",
-                "TTFT change vs oracle (s)",
-                "norm. latency (s/token)",
-            ],
-            body,
-        )
-        + "\n"
-    )
-    for m in (figures.GOODPUT, figures.TTFT, figures.NL):
+            kind = pred.split(":")[0]
+            body.append(_cells("held-out", kind, rate, row, hbase))
+            for key, by_rate in stars.items():
+                if row is not None and row.get(key) is not None:
+                    by_rate.setdefault(f"{rate:g} req/s, held-out: {kind}", []).append(
+                        (x, row[key])
+                    )
+    head = ["requests", "predictor", "rate", "goodput (req/s)", "vs oracle", "SLO att."]
+    head += ["TTFT mean (s)", "TTFT change vs oracle (s)", "norm. latency (s/token)"]
+    out.append(table(head, body) + "\n")
+    ticks = [(p, f"{p:.0%}") for p in (0.0, *ctx.scale.noise)] + [(x_learned, "held-out")]
+    for m in metrics:
         if series[m.key]:
             fig = figures.lines(
                 series[m.key],
                 ctx.fig_dir / f"fig8-{m.key}.png",
                 f"Figure 8: AugServe, {m.label} vs injected error",
-                "injected error p",
+                "injected error p (0% = oracle); right: held-out requests",
                 m.label,
                 log_y=m.log,
+                x_ticks=ticks,
+                markers=stars[m.key],
             )
             out.append(f"![figure 8 {m.key}]({rel(ctx, fig)})")
     out.append("\n" + _paper_note(ctx, res) + "\n" + _accuracy(ctx))
