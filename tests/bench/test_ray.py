@@ -1,51 +1,56 @@
-"""Points run as Ray tasks give the same rows as the local process pool, point for point.
+"""`augserve reproduce --ray local`: the points run as Ray tasks on a local Ray instance
+give the same rows as the local process pool, point for point.
 
-Starts a private local Ray instance (2 CPUs, no dashboard) for a small sweep and
-shuts it down. Skipped when the `ray` extra is not installed.
+One private Ray instance (2 CPUs, no dashboard) for a small sweep (10 points), shut
+down at the end. Skipped when the `ray` extra is not installed.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from augserve.bench.pool import run_points
-from augserve.bench.reproduce.probes import OCCUPANCY
-from augserve.bench.runner import WALL_TIME_COLUMNS, BenchPoint, expand_points
+from augserve.bench.reproduce import spec
+from augserve.bench.runner import WALL_TIME_COLUMNS
+from augserve.cli import main
 
 ray = pytest.importorskip("ray")
 
 
-def _strip(rows: list[dict[str, object]]) -> list[dict[str, object]]:
-    return [{k: v for k, v in r.items() if k not in WALL_TIME_COLUMNS} for r in rows]
+def _points(out: Path) -> dict[str, dict[str, Any]]:
+    """Cached point file name -> its row, less the columns that time this machine."""
+    rows = {}
+    for path in sorted((out / "points").glob("*.json")):
+        (row,) = json.loads(path.read_text())["rows"]
+        rows[path.name] = {
+            k: v for k, v in row.items() if k not in WALL_TIME_COLUMNS and not k.startswith("ovh_")
+        }
+    return rows
 
 
-def test_ray_sweep_equals_the_local_run_point_for_point(tmp_path: Path) -> None:
-    from augserve.bench.ray_pool import run_points_ray
-
-    base = BenchPoint(policy="augserve", rate=1.0, workload="infercept-like", window=20.0)
-    points = expand_points(base, ["vllm", "infercept", "augserve"], [2.0, 5.0], [0])
-    points.append(BenchPoint(policy="mars", rate=4.0, workload="toolbench-like", window=20.0,
-                             arrival="gamma:2", drain=5.0, backend=OCCUPANCY))  # fmt: skip
-    seen: list[int] = []
-    remote = run_points_ray(
-        points, "local", workers=2, progress=False, on_result=lambda i, rows: seen.append(i)
-    )
+def test_reproduce_on_ray_equals_the_local_run_point_for_point(
+    tmp_path: Path, tiny_quick: spec.Scale
+) -> None:
+    common = ["reproduce", "--quick", "--only", "ablation,overhead", "--no-progress"]
+    assert main([*common, "--workers", "2", "--ray", "local", "--out", str(tmp_path / "r")]) == 0
     assert not ray.is_initialized()  # the instance it started is shut down
-    local = run_points(points, workers=1, progress=False)
-    assert sorted(seen) == list(range(len(points)))
-    assert len(remote) == len(local) == len(points)
-    for a, b in zip(_strip(remote), _strip(local), strict=True):
-        assert a == b
-    assert remote[-1]["occ_device_pct"] and remote[0]["policy"] == "vllm"
+    assert main([*common, "--workers", "1", "--out", str(tmp_path / "l")]) == 0
+    remote, local = _points(tmp_path / "r"), _points(tmp_path / "l")
+    assert len(remote) == len(spec.ABLATION) + 4  # same cache keys: the same points
+    assert remote.keys() == local.keys()
+    for name, row in remote.items():
+        assert row == local[name], name
+    assert any(r["backend"].endswith("run_overhead") for r in remote.values())
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "--ray local" in report and "306.26" in report
 
 
 def test_ray_auto_without_a_cluster_is_a_one_line_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from augserve.cli import main
-
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # no cluster's address file to find there
     args = ["reproduce", "--quick", "--only", "overhead", "--ray", "auto", "--no-progress"]

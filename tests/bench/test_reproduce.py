@@ -18,22 +18,8 @@ from augserve.bench.runner import BenchPoint, get_backend
 from augserve.cli import main
 from augserve.profiles import list_profiles
 
-TINY = replace(
-    spec.QUICK,
-    window=30.0,
-    table_window=25.0,  # not the sweeps' window: no point shared between sections
-    drain=10.0,
-    rates={k: v[:1] for k, v in spec.QUICK.rates.items()},
-    toolbench_rates={k: v[:1] for k, v in spec.QUICK.toolbench_rates.items()},
-    budgets=(500, 1500),
-    ablation_rates=(3.0,),
-    noise=(0.5,),
-    overhead_rates=(3.0,),
-    learned_embed=False,
-)
 
-
-def _ctx(tmp_path: Path, scale: spec.Scale = TINY) -> Context:
+def _ctx(tmp_path: Path, scale: spec.Scale) -> Context:
     return Context(scale, tmp_path, tmp_path, tuple(list_profiles()))
 
 
@@ -96,8 +82,10 @@ def _row(point: BenchPoint, goodput: float, attain: float) -> dict[str, object]:
     }
 
 
-def test_comparison_beside_the_paper_names_a_cause_for_a_large_difference(tmp_path: Path) -> None:
-    ctx = _ctx(tmp_path)
+def test_comparison_beside_the_paper_names_a_cause_for_a_large_difference(
+    tmp_path: Path, tiny_quick: spec.Scale
+) -> None:
+    ctx = _ctx(tmp_path, tiny_quick)
     settings = [("opt-13b-h800", spec.INFERCEPT)]
     rows = {}
     for p in common.setting_points(ctx, settings):
@@ -163,8 +151,10 @@ def _counting_section() -> Section:
     return Section("count", "counting", points, lambda ctx, res: "")
 
 
-def test_run_is_cached_resumes_after_ctrl_c_and_recomputes_nothing(tmp_path: Path) -> None:
-    ctx, sec = _ctx(tmp_path), _counting_section()
+def test_run_is_cached_resumes_after_ctrl_c_and_recomputes_nothing(
+    tmp_path: Path, tiny_quick: spec.Scale
+) -> None:
+    ctx, sec = _ctx(tmp_path, tiny_quick), _counting_section()
     CALLS.clear()
     STOP_AT[:] = [4]
     state = run_sections(ctx, [sec], workers=1, progress=False)
@@ -179,9 +169,8 @@ def test_run_is_cached_resumes_after_ctrl_c_and_recomputes_nothing(tmp_path: Pat
 
 # --- the report, end to end, on a tiny scale -------------------------------------------------
 def test_reproduce_cli_writes_the_report_with_the_papers_numbers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tiny_quick: spec.Scale, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(spec.SCALES, "quick", TINY)
     out, rep = tmp_path / "work", tmp_path / "report"
     args = ["reproduce", "--quick", "--only", "ablation,overhead", "--workers", "1"]
     args += ["--no-progress", "--out", str(out), "--report-dir", str(rep)]

@@ -231,8 +231,10 @@ def grouped_bars(
     title: str,
     x_label: str,
     y_label: str,
+    log_y: bool = False,
 ) -> Path:
-    """Bars side by side: one group per x label, one bar per series (None: no bar)."""
+    """Bars side by side: one group per x label, one bar per series (None: no bar);
+    series named `... (paper)` are hatched."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     width = 0.8 / max(1, len(series))
@@ -250,6 +252,8 @@ def grouped_bars(
             alpha=0.6 if "paper" in name else 1.0,
         )
     ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(groups))], list(groups))
+    if log_y:
+        ax.set_yscale("log")
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(title, fontsize=9)
