@@ -152,13 +152,24 @@ _compiled_decode: DecodeFn | None = None
 
 
 def compiled_decode() -> DecodeFn:
-    """decode_paged under torch.compile (one compiled graph per process, dynamic sizes)."""
+    """decode_paged under torch.compile: one graph per process (per cache shape), the
+    batch size and the block-table width dynamic, every other size static."""
     global _compiled_decode
     if _compiled_decode is None:
-        from augserve.engine.ops import dynamic_shape_settings
+        from augserve.engine.ops import dynamic_shape_settings, mark_dynamic
 
         dynamic_shape_settings()
-        _compiled_decode = torch.compile(decode_paged, dynamic=True, fullgraph=True)
+        fn = torch.compile(decode_paged, fullgraph=True)
+
+        def run(
+            q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+            tables: torch.Tensor, lens: torch.Tensor, scale: float,
+        ) -> torch.Tensor:  # fmt: skip
+            mark_dynamic(q, lens)
+            mark_dynamic(tables, dims=(0, 1))
+            return fn(q, k_cache, v_cache, tables, lens, scale)
+
+        _compiled_decode = run
     return _compiled_decode
 
 

@@ -17,7 +17,7 @@ from augserve.engine.attention import AttentionMetadata, build_metadata, decode_
 from augserve.engine.kv_cache import KVCache, KVCacheConfig
 from augserve.engine.loader import WeightSource, load_config
 from augserve.engine.models import CausalLM, model_class
-from augserve.engine.ops import compile_regions, compile_wanted
+from augserve.engine.ops import compile_regions, compile_wanted, mark_dynamic
 from augserve.engine.sampler import Sampler
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import read_eos_token_ids
@@ -139,7 +139,7 @@ class ModelRunner:
         self._decode_forward = None
         if self.compiled:  # see run_model
             compile_regions(m.regions())
-            self._decode_forward = torch.compile(m.forward, dynamic=True, fullgraph=True)
+            self._decode_forward = torch.compile(m.forward, fullgraph=True)
         self.kv = KVCache(cfg.kv, m.num_layers, m.num_kv_heads, m.head_dim, self.dtype, self.device)
         self.sampler = Sampler()
         self.eos_token_ids: tuple[int, ...] = read_eos_token_ids(cfg.model_dir)
@@ -240,9 +240,13 @@ class ModelRunner:
         writes and the paged kernel; one call, dynamic batch size and context width);
         a step with prefill chunks runs the layers' compiled regions around eager
         attention (one SDPA per chunk)."""
-        kv = self.kv
-        fwd = self._decode_forward if self._decode_forward and not inp.meta.prefills else self.model
-        return fwd(inp.input_ids, inp.positions, inp.meta, kv.k_caches, kv.v_caches)
+        kv, meta = self.kv, inp.meta
+        fwd = self.model
+        if self._decode_forward is not None and not meta.prefills:
+            fwd = self._decode_forward
+            mark_dynamic(inp.input_ids, inp.positions, meta.slot_mapping, meta.decode_ctx_lens)
+            mark_dynamic(meta.decode_block_tables, dims=(0, 1))
+        return fwd(inp.input_ids, inp.positions, meta, kv.k_caches, kv.v_caches)
 
     @torch.inference_mode()
     def sample(self, hidden: torch.Tensor, inp: StepInputs, n: int) -> list[int | None]:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from augserve.engine.attention import AttentionMetadata, paged_attention
-from augserve.engine.ops import rms_norm
+from augserve.engine.ops import mark_dynamic, rms_norm
 
 CosSin = tuple[torch.Tensor, torch.Tensor]
 
@@ -63,23 +63,21 @@ def _llama3_inv_freq(inv: torch.Tensor, factor: float, s: dict[str, Any]) -> tor
 
 
 class RotaryTable:
-    """cos / sin of every position up to max_len, computed once (as Hugging Face
-    computes them: fp32 position * inverse frequency), gathered per step."""
+    """cos / sin of every position up to max_len, computed once at construction (as
+    Hugging Face computes them: fp32 position * inverse frequency), gathered per step."""
 
     def __init__(self, rot_dim: int, inv_freq: torch.Tensor, max_len: int) -> None:
         self.rot_dim = rot_dim
-        self.inv_freq = inv_freq
-        self.max_len = max_len
-        self._cos: torch.Tensor | None = None
-        self._sin = torch.empty(0)
+        pos = torch.arange(max_len, dtype=torch.float32, device="cpu").unsqueeze(1)
+        freqs = pos * inv_freq.to("cpu", torch.float32).unsqueeze(0)
+        self._cos, self._sin = freqs.cos(), freqs.sin()
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> CosSin:
         """([T, rot_dim / 2], same) for the given positions."""
-        if self._cos is None or self._cos.device != positions.device or self._cos.dtype != dtype:
-            pos = torch.arange(self.max_len, dtype=torch.float32).unsqueeze(1)
-            freqs = (pos * self.inv_freq.unsqueeze(0)).to(positions.device)
-            self._cos, self._sin = freqs.cos().to(dtype), freqs.sin().to(dtype)
-        return self._cos.index_select(0, positions), self._sin.index_select(0, positions)
+        if self._cos.device != positions.device:  # once, on the first step (CUDA)
+            self._cos, self._sin = self._cos.to(positions.device), self._sin.to(positions.device)
+        cos = self._cos.index_select(0, positions).to(dtype)
+        return cos, self._sin.index_select(0, positions).to(dtype)
 
 
 class DecoderLayer(nn.Module):
@@ -101,9 +99,11 @@ class DecoderLayer(nn.Module):
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
         cos, sin = cos_sin if cos_sin is not None else (None, None)
+        mark_dynamic(x, cos, sin)
         q, k, v, *extra = self.attn_in(x, cos, sin)
-        attn = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)
-        return self.attn_out(x, attn.flatten(1), *extra)
+        attn = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale).flatten(1)
+        mark_dynamic(attn, *extra)
+        return self.attn_out(x, attn, *extra)
 
 
 def split_qkv(
