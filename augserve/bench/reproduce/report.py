@@ -40,8 +40,11 @@ def code_version() -> str:
     commit = _git("rev-parse", "--short", "HEAD")
     if not commit:
         return f"augserve {__version__}"
-    dirty = _git("status", "--porcelain", "--", "augserve")
-    return f"commit {commit}" + (" plus uncommitted changes in augserve/" if dirty else "")
+    from augserve.bench.cache import code_fingerprint
+
+    dirty = _git("status", "--porcelain", "--", ":(top)augserve")
+    text = f"commit {commit}" + (" plus uncommitted changes in augserve/" if dirty else "")
+    return f"{text}; simulator source fingerprint {code_fingerprint()}"
 
 
 def _machine() -> str:
@@ -67,9 +70,9 @@ def header(
             "paper's numbers (arXiv 2512.04013 v3) are printed beside ours.",
             "",
             f"- Run: {status}{state.wanted} distinct points needed by the sections run, "
-            f"{state.reused} reused from the point cache, {state.computed} computed; this "
-            f"invocation took {times[0]:.0f} s of wall time and {times[1]:.0f} s of CPU time "
-            "(this process and its local worker processes, not Ray's); the simulations of "
+            f"{state.reused} reused from the point cache, {state.computed} computed; "
+            f"computing them took {times[0]:.0f} s of wall time and {times[1]:.0f} s of CPU "
+            "time (this process and its local worker processes, not Ray's); the simulations of "
             f"all the points in this report took {sim_cpu:.0f} s of CPU time (summed over "
             "points, whichever run computed them).",
             f"- Machine: {_machine()}.",

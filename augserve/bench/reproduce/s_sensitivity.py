@@ -109,6 +109,22 @@ def _beta_note(ctx: Context, res: Results) -> str:
             f"- {r:g} req/s: goodput varies by {100 * spread:.0f}% across beta "
             f"(paper: {_paper_spread(r)})."
         )
+        worst = min(range(len(vals)), key=lambda i: vals[i])
+        default = vals[spec.BETAS.index(5e-5)]
+        if spread > 0.2 and vals[worst] < 0.85 * default:
+            b = spec.BETAS[worst]
+            line += (
+                f" Cause of the larger spread: beta = {b:g} per ms "
+                + (
+                    f"doubles a request's value after {1 / (1000 * b):g} s of waiting, so the "
+                    "order turns towards first-come-first-served within the TTFT range of this "
+                    "load"
+                    if b > 5e-5
+                    else "leaves waiting time almost no weight, so long-waiting requests are "
+                    "passed over"
+                )
+                + f" ({vals[worst]:.2f} req/s against {default:.2f} at the default)."
+            )
         if r in paper.TABLE5_RATES and max(ttft) < 0.2 * min(
             paper.TABLE5_TTFT99[b][paper.TABLE5_RATES.index(r)] for b in spec.BETAS
         ):
