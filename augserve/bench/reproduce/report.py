@@ -113,6 +113,8 @@ def write_report(
     """Render every section from `rows`; those not in `ran` and without results show
     how to run them. `times`: this invocation's (wall, CPU) seconds. Returns the path."""
     ctx.report_dir.mkdir(parents=True, exist_ok=True)
+    for old in ctx.fig_dir.glob("*.png"):  # every figure is drawn again: none goes stale
+        old.unlink()
     res = Results(rows, ctx.scale.seeds)
     cpu = sum(float(r.get("sim_cpu_s") or 0.0) for rs in rows.values() for r in rs)
     parts = [header(ctx, state, command, times, cpu), _contents(sections)]
