@@ -6,7 +6,7 @@ from __future__ import annotations
 from augserve.bench.reproduce import common, figures, spec
 from augserve.bench.reproduce.plan import Context, Results, Section, rel
 from augserve.bench.reproduce.tables import fmt, section_header, table
-from augserve.bench.runner import BenchPoint
+from augserve.bench.runner import BenchPoint, Row
 from augserve.core.metrics import max_rate_at_attainment
 
 NAME = "beyond"
@@ -17,7 +17,7 @@ def points(ctx: Context) -> list[BenchPoint]:
     return common.setting_points(ctx, common.fig7_settings(ctx))
 
 
-def _capacity(rows: list[dict], rates: tuple[float, ...]) -> str:
+def _capacity(rows: list[Row], rates: tuple[float, ...]) -> str:
     if len(rows) < len(rates):
         return "-"
     best = max_rate_at_attainment(rows, TARGET)

@@ -86,9 +86,9 @@ def render(ctx: Context, res: Results) -> str:
     bins = {pol: _bins(ctx, res, pol) for pol in POLICIES}
     body = []
     for name, _, _ in paper.PAUSED_BINS:
-        ref = paper.TABLE6[name]
+        inf, aug = paper.TABLE6[name]
         cells = [f"{fmt(bins[p][name][0], '.3f')} ({bins[p][name][1]})" for p in POLICIES]
-        body.append([name, *cells, fmt(ref[0] and ref[0] * 1e3, ".0f"), fmt(ref[1] * 1e3, ".0f")])
+        body.append([name, *cells, fmt(inf and inf * 1e3, ".0f"), fmt(aug * 1e3, ".0f")])
     out.append(
         table(
             [

@@ -49,7 +49,7 @@ def prepare(ctx: Context) -> None:
         report = evaluate({"learned": pred}, train, test)
         (ctx.out / "predictor-eval.json").write_text(json.dumps(report, indent=1) + "\n")
     if not heldout_path(ctx).is_file():
-        write_jsonl(heldout_path(ctx), test)
+        write_jsonl(heldout_path(ctx), test)  # type: ignore[arg-type]
 
 
 def _same(manifest: Path, embed: bool, n_train: int) -> bool:
