@@ -20,7 +20,7 @@ with the policy that will apply to its calls (`forced_context_policy`).
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +30,7 @@ from augserve.core.latency import LatencyModel
 from augserve.core.prediction import Predictor
 from augserve.core.request import CallRecord, ContextPolicy, Request, RequestStatus, Segment
 from augserve.integrations.options import PluginOptions
+from augserve.integrations.sessions import EndedTurns
 from augserve.predict.base import make_predictor
 from augserve.profiles import load_profile
 from augserve.sched.budget import dynamic_token_budget
@@ -51,15 +52,6 @@ class EngineFacts:
         for name in ("block_size", "num_blocks", "max_batch_tokens", "max_num_seqs"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"EngineFacts.{name} must be > 0, got {getattr(self, name)}")
-
-
-@dataclass
-class _EndedTurn:
-    """A conversation's last turn, kept until the client resubmits its context."""
-
-    mirror: Request
-    context_len: int
-    end: float
 
 
 class PolicyBridge:
@@ -96,9 +88,10 @@ class PolicyBridge:
         self._live: dict[str, Request] = {}
         self._call_policy: dict[str, ContextPolicy] = {}  # what the engine does at its calls
         self._base_generated: dict[str, int] = {}  # tokens generated in earlier turns
-        self._ended: OrderedDict[str, _EndedTurn] = OrderedDict()
+        self._ended = EndedTurns(options.session_ttl_s, options.max_sessions)
         self._running_tokens = 0
         self.decisions: deque[dict[str, Any]] = deque(maxlen=options.decision_log or 1)
+        self.counts: dict[str, int] = {"arrivals": 0, "returns_preserve": 0, "returns_discard": 0}
 
     # --- LoadView ------------------------------------------------------------------
     def running_tokens(self) -> int:
@@ -119,7 +112,7 @@ class PolicyBridge:
     ) -> Request:
         """A new engine request: a conversation's next turn if `session` ended a turn
         whose context this one extends, else a new request."""
-        ended = self._take_ended(session, now)
+        ended = self._ended.take(session, now)
         if ended is not None and num_tokens >= ended.context_len:
             kept = cached_tokens + self.facts.block_size > ended.context_len
             applied = PRESERVE if kept else DISCARD  # the prefix cache held the context
@@ -208,7 +201,9 @@ class PolicyBridge:
         policy = self._policy(rid)
         if applied is None:
             policy.on_arrival(mirror, now)
+            self.counts["arrivals"] += 1
         else:
+            self.counts[f"returns_{applied.value}"] += 1
             mirror.calls[-1].policy = applied
             policy.on_return(mirror, applied, now)
         self._live[rid] = mirror
@@ -242,27 +237,12 @@ class PolicyBridge:
         self._base_generated.pop(request_id, None)
         self._policy(request_id).forget(request_id)
         self._call_policy.pop(request_id, None)
-        if session and ended_ok and self.options.max_sessions:
-            self._ended[session] = _EndedTurn(mirror, mirror.num_tokens, now)
-            self._ended.move_to_end(session)
-            self._expire(now)
+        if session and ended_ok:
+            self._ended.put(session, mirror, now)
 
     def has_ended_turn(self, session: str, now: float) -> bool:
         """Whether `session` ended a turn whose resubmission is still expected."""
-        self._expire(now)
-        return session in self._ended
-
-    def _take_ended(self, session: str | None, now: float) -> _EndedTurn | None:
-        self._expire(now)
-        return self._ended.pop(session, None) if session else None
-
-    def _expire(self, now: float) -> None:
-        ttl = self.options.session_ttl_s
-        while self._ended and (
-            len(self._ended) > self.options.max_sessions
-            or now - next(iter(self._ended.values())).end > ttl
-        ):
-            self._ended.popitem(last=False)
+        return self._ended.has(session, now)
 
     # --- each step ---------------------------------------------------------------------
     def sync(

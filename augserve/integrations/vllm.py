@@ -41,6 +41,7 @@ from augserve.integrations.options import load_options
 from augserve.integrations.plan import kind_of, plan_for, session_of
 
 SUPPORTED_VLLM = ("0.32.0",)
+STATS_INTERVAL_S = 60.0
 logger = init_logger("vllm.augserve")
 _ENDED_OK = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
 
@@ -78,6 +79,8 @@ class _AugServeMixin:
         )
         self.augserve = PolicyBridge(options, facts)
         self._static_budget: int = sched.max_num_scheduled_tokens
+        self._stats = {"steps": 0, "budget_sum": 0, "shrunk": 0}
+        self._stats_at = time.monotonic()
         logger.info(
             "augserve scheduler: policy %s, predictor %s, profile %s, %s budget (T_max %d), "
             "%d blocks of %d tokens", options.policy, options.predictor, options.profile,
@@ -168,6 +171,7 @@ class _AugServeMixin:
         sched.max_num_scheduled_tokens = self._static_budget if budget is None else budget
         out: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
         self.augserve.scheduled(out.num_scheduled_tokens, candidates, now)
+        self._count(sched.max_num_scheduled_tokens, now)
         if self.augserve.options.decision_log:
             self.augserve.decisions.append(
                 {
@@ -179,6 +183,23 @@ class _AugServeMixin:
                 }
             )
         return out
+
+    def _count(self, budget: int, now: float) -> None:
+        """Counters, logged once a minute while the engine works."""
+        st = self._stats
+        st["steps"] += 1
+        st["budget_sum"] += budget
+        st["shrunk"] += budget < self._static_budget
+        if now - self._stats_at < STATS_INTERVAL_S:
+            return
+        c = self.augserve.counts
+        logger.info(
+            "augserve: %d steps, mean budget %.0f (%d below T_max); %d arrivals, returns "
+            "%d preserve / %d discard", st["steps"], st["budget_sum"] / st["steps"],
+            st["shrunk"], c["arrivals"], c["returns_preserve"], c["returns_discard"],
+        )  # fmt: skip
+        self._stats = {"steps": 0, "budget_sum": 0, "shrunk": 0}
+        self._stats_at = now
 
     def _rank(self, now: float) -> list[str]:
         """Sync the mirrors, then order `running` and the waiting queues in place."""

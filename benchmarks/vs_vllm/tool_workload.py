@@ -1,0 +1,347 @@
+"""The tool-augmented workload replayed against any OpenAI-compatible server, calls on the client.
+
+    from tool_workload import Scale, build_workload, replay, summarize, ManagedServer
+
+- `build_workload`: the INFERCEPT trace (`augserve.workload`, shipped
+  `merged_exp_uniform.json`) resampled to `rate * duration` requests with Poisson
+  arrivals, lengths and call times scaled by `Scale` to fit a CPU run, prompts and
+  call results as seeded random token ids.
+- `replay`: each request's segments over `/v1/completions` (token-id prompts,
+  greedy, `ignore_eos`, streamed with token ids). A call ends the request: the
+  client sleeps the call's (scaled) duration, then sends the whole context plus
+  the returned tokens as a new request in the same session (`session_id`), so the
+  server's prefix cache can reuse it, as users run vLLM. `extra_body(req, k)` adds
+  server-specific fields (`vllm_extras` passes our plan for the oracle predictor).
+- `summarize`: `augserve.core.metrics` over the replay's records under one SLO.
+- `ManagedServer`: a server process in its own process group, stopped by its id
+  with its port freed, every wait bounded.
+
+No vLLM import: it runs in either virtual environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from augserve.core.metrics import MetricsSummary, SLOConfig, compute_metrics
+from augserve.core.request import CallRecord, Request, RequestStatus, Segment
+from augserve.integrations.plan import PLAN_KEY, encode_plan
+from augserve.workload import make_workload, poisson_arrivals
+from augserve.workload.trace import TraceRequest
+
+VOCAB_LOW = 3  # ids 0-2 are <s>, </s>, <pad> in `augserve make-model` models
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How the trace is shrunk to a CPU run: token lengths x `length`, call times x
+    `time`; a request's whole context is kept under `max_context` tokens."""
+
+    length: float = 0.25
+    time: float = 0.1
+    max_context: int = 1900
+    min_prompt: int = 4
+
+    def __post_init__(self) -> None:
+        if not 0 < self.length <= 1 or not 0 < self.time <= 1:
+            raise ValueError(f"Scale.length and Scale.time must be in (0, 1], got {self}")
+        if self.max_context < self.min_prompt + 2:
+            raise ValueError(f"Scale.max_context too small: {self.max_context}")
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    request_id: str
+    arrival: float  # seconds after the replay starts
+    prompt_ids: tuple[int, ...]
+    segments: tuple[Segment, ...]  # the last makes no call
+    returned_ids: tuple[tuple[int, ...], ...]  # per segment, the call's result
+    kind: str | None = None
+
+
+def scale_request(tr: TraceRequest, scale: Scale) -> tuple[int, list[Segment]]:
+    """Scaled prompt length and segments; a trailing call gets a 1-token final segment
+    (as in the simulator); segments past `max_context` are dropped."""
+    prompt = max(scale.min_prompt, round(tr.prompt_len * scale.length))
+    prompt = min(prompt, scale.max_context - 2)
+    segs: list[Segment] = []
+    ctx = prompt
+    for s in tr.segments:
+        out = max(1, round(s.output_len * scale.length))
+        ret = max(1, round(s.return_len * scale.length)) if s.return_len else 0
+        if ctx + out + ret + 1 > scale.max_context:
+            break
+        call = None if s.call_time is None else s.call_time * scale.time
+        segs.append(Segment(out, call, ret if call is not None else 0, s.tool))
+        ctx += out + (ret if call is not None else 0)
+    if not segs:
+        segs = [Segment(max(1, min(8, scale.max_context - prompt - 1)))]
+    if segs[-1].has_call:
+        segs.append(Segment(1))
+    return prompt, segs
+
+
+def build_workload(
+    rate: float, duration: float, seed: int = 0, scale: Scale = Scale(), vocab: int = 32000
+) -> list[ToolRequest]:
+    """Poisson arrivals at `rate` over `duration` seconds, INFERCEPT requests, scaled."""
+    times = poisson_arrivals(rate, duration=duration, seed=seed)
+    trace = make_workload("infercept", max(1, len(times)), seed)
+    rng = random.Random(f"tool-workload-{seed}")
+    out = []
+    for i, (tr, t) in enumerate(zip(trace, times, strict=False)):
+        prompt, segs = scale_request(tr, scale)
+        ids = tuple(rng.randrange(VOCAB_LOW, vocab) for _ in range(prompt))
+        rets = tuple(
+            tuple(rng.randrange(VOCAB_LOW, vocab) for _ in range(s.return_len)) for s in segs
+        )
+        out.append(ToolRequest(f"r{seed}-{i}", t, ids, tuple(segs), rets, tr.kind))
+    return out
+
+
+def vllm_extras(req: ToolRequest, k: int) -> dict[str, Any]:
+    """vLLM fields: the plan of the remaining segments for our scheduler's oracle."""
+    return {"vllm_xargs": {PLAN_KEY: encode_plan(req.segments[k:])}}
+
+
+@dataclass
+class Turn:
+    tokens: list[int] = field(default_factory=list)
+    first: float | None = None  # monotonic time of the first generated token
+    end: float | None = None
+
+
+async def complete(
+    client: httpx.AsyncClient,
+    model: str,
+    ctx: Sequence[int],
+    max_tokens: int,
+    extra: dict[str, Any],
+) -> Turn:
+    """One streamed `/v1/completions` call; the generated ids (the server must return them)."""
+    body = {
+        "model": model, "prompt": list(ctx), "max_tokens": max_tokens, "temperature": 0.0,
+        "ignore_eos": True, "stream": True, "return_token_ids": True, **extra,
+    }  # fmt: skip
+    turn = Turn()
+    async with client.stream("POST", "/v1/completions", json=body) as resp:
+        if resp.status_code != 200:
+            text = (await resp.aread()).decode(errors="replace")[:300]
+            raise RuntimeError(f"HTTP {resp.status_code}: {text}")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise RuntimeError(f"server error: {str(chunk['error'])[:300]}")
+            choices = chunk.get("choices") or []
+            ids = choices[0].get("token_ids") if choices else None
+            if ids is None:
+                continue
+            if ids and turn.first is None:
+                turn.first = time.monotonic()
+            turn.tokens.extend(ids)
+    turn.end = time.monotonic()
+    if len(turn.tokens) != max_tokens:
+        raise RuntimeError(f"asked {max_tokens} tokens, got {len(turn.tokens)} (token ids?)")
+    return turn
+
+
+@dataclass
+class Replay:
+    """One replay: a record per request (times in seconds after the start) and the
+    error of each request that failed."""
+
+    records: list[Request]
+    errors: dict[str, str]
+
+
+async def run_request(
+    client: httpx.AsyncClient, model: str, req: ToolRequest, t0: float,
+    extra_body: Callable[[ToolRequest, int], dict[str, Any]], errors: dict[str, str],
+) -> Request:  # fmt: skip
+    """Replay one request from its arrival on; returns its record (times after t0)."""
+    rec = _record(req)
+    ctx = list(req.prompt_ids)
+    try:
+        await asyncio.sleep(max(0.0, t0 + req.arrival - time.monotonic()))
+        for k, seg in enumerate(req.segments):
+            extra = {"session_id": req.request_id, **extra_body(req, k)}
+            turn = await complete(client, model, ctx, seg.output_len, extra)
+            if rec.first_token_time is None and turn.first is not None:
+                rec.first_token_time = turn.first - t0
+            rec.num_generated_tokens += len(turn.tokens)
+            ctx += turn.tokens
+            rec.finish_time = (turn.end or time.monotonic()) - t0
+            if seg.has_call and k + 1 < len(req.segments):
+                start = time.monotonic()
+                await asyncio.sleep(seg.call_time or 0.0)
+                ctx += req.returned_ids[k]
+                end = time.monotonic()
+                rec.calls.append(CallRecord(start - t0, end - t0, len(req.returned_ids[k])))
+        rec.status = RequestStatus.FINISHED_STOPPED
+    except asyncio.CancelledError:
+        rec.status, rec.finish_time = RequestStatus.FINISHED_ABORTED, None
+    except (httpx.HTTPError, RuntimeError) as exc:
+        rec.status, rec.finish_time = RequestStatus.FINISHED_ERROR, None
+        errors[req.request_id] = f"{type(exc).__name__}: {exc}"
+    return rec
+
+
+async def replay(
+    base_url: str, model: str, workload: Sequence[ToolRequest], deadline: float,
+    extra_body: Callable[[ToolRequest, int], dict[str, Any]] = vllm_extras,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Replay:  # fmt: skip
+    """All requests, each from its arrival; whatever runs past `deadline` seconds is cancelled."""
+    # no keep-alive: a pooled connection idle through a long call may be closed by the
+    # server (uvicorn's keep-alive timeout is 5 s) just as it is reused (ReadError)
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
+    timeout = httpx.Timeout(deadline, connect=30.0)
+    errors: dict[str, str] = {}
+    async with httpx.AsyncClient(
+        base_url=base_url, timeout=timeout, limits=limits, transport=transport
+    ) as client:
+        t0 = time.monotonic()
+        tasks = [
+            asyncio.create_task(run_request(client, model, r, t0, extra_body, errors))
+            for r in workload
+        ]
+        _, pending = await asyncio.wait(tasks, timeout=deadline)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        pairs = zip(workload, tasks, strict=True)
+        return Replay([_record(r) if t.cancelled() else t.result() for r, t in pairs], errors)
+
+
+def _record(req: ToolRequest) -> Request:
+    """A request's record before it ran (aborted until it finishes)."""
+    rec = Request(req.request_id, req.arrival, len(req.prompt_ids), list(req.segments))
+    rec.kind = req.kind
+    rec.status = RequestStatus.FINISHED_ABORTED
+    return rec
+
+
+def summarize(records: Sequence[Request], slo: SLOConfig, window: float) -> MetricsSummary:
+    """Metrics over [0, window]: a request counts if it arrived in the window."""
+    return compute_metrics(records, slo, start=0.0, end=window)
+
+
+def slo_from_iteration(iteration_s: float, ttft_iterations: float = 40.0) -> SLOConfig:
+    """One absolute SLO: normalized latency < 10 iterations, TTFT < `ttft_iterations`."""
+    return SLOConfig(norm_latency_slo=10.0 * iteration_s, ttft_slo=ttft_iterations * iteration_s)
+
+
+async def decode_iteration_time(base_url: str, model: str, tokens: int = 65) -> float:
+    """Seconds per output token at batch 1 (streamed): the server's single-iteration time."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=300.0) as client:
+        ctx = list(range(VOCAB_LOW, VOCAB_LOW + 32))
+        await complete(client, model, ctx, 4, {})  # warm-up
+        stamps: list[float] = []
+        body = {"model": model, "prompt": ctx, "max_tokens": tokens, "temperature": 0.0,
+                "ignore_eos": True, "stream": True}  # fmt: skip
+        async with client.stream("POST", "/v1/completions", json=body) as resp:
+            async for line in resp.aiter_lines():
+                if line.startswith("data: {"):
+                    stamps.append(time.monotonic())
+    if len(stamps) < 3:
+        raise RuntimeError("could not time the decode: too few streamed chunks")
+    return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _group_gone(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether no process is left in the group `proc` leads (reaping the leader)."""
+    proc.poll()
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+class ManagedServer:
+    """A server started in its own process group, healthy within `start_timeout`, and
+    stopped by its process-group id (SIGTERM, then SIGKILL) with its port freed."""
+
+    def __init__(self, argv: list[str], port: int, env: dict[str, str], log: Path) -> None:
+        self.argv, self.port, self.env, self.log_path = argv, port, env, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, start_timeout: float = 900.0) -> None:
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + start_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited ({self.proc.returncode}); see {self.log_path}")
+            try:
+                if httpx.get(self.base_url + "/health", timeout=5.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(2.0)
+        self.stop()
+        raise TimeoutError(f"server not healthy after {start_timeout:.0f} s; see {self.log_path}")
+
+    def stop(self, grace: float = 30.0) -> None:
+        """SIGTERM to the server's process group, SIGKILL what is left after `grace`."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            if _group_gone(proc):
+                break
+            try:
+                os.killpg(proc.pid, sig)  # the group this server leads (start_new_session)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while not _group_gone(proc) and time.monotonic() < deadline:
+                time.sleep(0.25)
+        deadline = time.monotonic() + 30.0
+        while not port_free(self.port) and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+    def __enter__(self) -> ManagedServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
