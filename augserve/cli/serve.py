@@ -114,6 +114,11 @@ def add_parser(subparsers: Any) -> None:
         "--slo-norm-latency", type=_positive_float, default=0.1, help="seconds per generated token"
     )
     p.add_argument(
+        "--allow-scripted-tools",
+        action="store_true",
+        help="accept scripted tool plans (augserve_segments) on /v1/completions (benchmarks)",
+    )
+    p.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
     )
     p.set_defaults(func=_serve)
@@ -177,6 +182,7 @@ def _serve(args: argparse.Namespace) -> int:
         args.tool_call_parser,
         limits,
         SLOConfig(args.slo_norm_latency, args.slo_ttft),
+        allow_scripted_tools=args.allow_scripted_tools,
     )
     aengine = AsyncLLMEngine(build_engine(eargs))
     state = build_state(aengine, model, opts)

@@ -1,5 +1,7 @@
 """`POST /v1/completions`: text or token-id prompts, `n` choices each, JSON or SSE.
-No tools here (the chat endpoint has them)."""
+No tools here (the chat endpoint has them), except scripted tool plans
+(`augserve_segments`, benchmarks: `scripted.py`). With `return_token_ids` (vLLM's
+extension) each choice, and each streamed chunk, carries its generated token ids."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 from fastapi import Request
@@ -22,6 +25,7 @@ from augserve.server.generation import (
     unless_disconnected,
 )
 from augserve.server.protocol import CompletionRequest
+from augserve.server.scripted import check_plan_fits, scripted_plan
 from augserve.server.state import ServerState, sampling_params
 from augserve.server.streaming import SSEResponse, sse, usage
 
@@ -40,17 +44,24 @@ def prepare(
     state.check_n(req.n)
     if len(prompts) * req.n > state.limits.max_n * 4:
         raise APIError(400, f"too many choices: {len(prompts)} prompts x n={req.n}", param="n")
+    plan = scripted_plan(state, req)
     out = []
     for k, p in enumerate(prompts):
         ids = state.encode_prompt(p, special=True)
-        max_tokens = state.max_tokens_for(req.max_tokens, len(ids), DEFAULT_MAX_TOKENS)
-        choices = [
-            Choice(
-                ChoiceState(k * req.n + i, stops=tuple(req.stop_list())),
-                sampling_params(req, max_tokens, i),
-            )
-            for i in range(req.n)
-        ]
+        if plan is not None:
+            check_plan_fits(state, len(ids), plan)
+            params = sampling_params(req, sum(s.output_len for s in plan), 0)
+            params = replace(params, ignore_eos=True)
+            choices = [Choice(ChoiceState(0, scripted=True), params, segments=plan)]
+        else:
+            max_tokens = state.max_tokens_for(req.max_tokens, len(ids), DEFAULT_MAX_TOKENS)
+            choices = [
+                Choice(
+                    ChoiceState(k * req.n + i, stops=tuple(req.stop_list())),
+                    sampling_params(req, max_tokens, i),
+                )
+                for i in range(req.n)
+            ]
         echo = (p if isinstance(p, str) else state.tokenizer.decode(ids)) if req.echo else ""
         out.append((ids, echo, choices))
     return out
@@ -93,14 +104,13 @@ async def completion(state: ServerState, req: CompletionRequest, http: Request) 
     choices = []
     for _, echo, chs in batches:
         for c in chs:
-            choices.append(
-                {
-                    "index": c.state.index,
-                    "text": echo + c.state.content,
-                    "logprobs": None,
-                    "finish_reason": c.state.finish_reason,
-                }
-            )
+            choice = {
+                "index": c.state.index,
+                "text": echo + c.state.content,
+                "logprobs": None,
+                "finish_reason": c.state.finish_reason,
+            }
+            choices.append(extensions(choice, c.state, req, c.state.token_ids))
     n_prompt = sum(len(ids) for ids, _, _ in batches)
     n_out = sum(c.state.completion_tokens for _, _, chs in batches for c in chs)
     body = {
@@ -114,13 +124,26 @@ async def completion(state: ServerState, req: CompletionRequest, http: Request) 
     return JSONResponse(body)
 
 
+def extensions(
+    choice: dict[str, Any], cs: ChoiceState, req: CompletionRequest, ids: list[int]
+) -> dict[str, Any]:
+    """`choice` with vLLM's `token_ids` (when asked) and a scripted plan's timings."""
+    if req.return_token_ids:
+        choice["token_ids"] = list(ids)
+    if cs.timing is not None:
+        choice["augserve_timing"] = cs.timing
+    return choice
+
+
 async def _stream(
     state: ServerState, req: CompletionRequest, batches: list[Any], cid: str, created: int
 ) -> AsyncIterator[str]:
     queue: asyncio.Queue[str | None] = asyncio.Queue()
 
-    def chunk(index: int, text: str, finish: str | None) -> str:
+    def chunk(index: int, text: str, finish: str | None, cs: ChoiceState | None = None) -> str:
         choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+        if cs is not None:
+            choice = extensions(choice, cs, req, cs.new_ids)
         return sse(
             {
                 "id": cid,
@@ -138,8 +161,9 @@ async def _stream(
 
     async def sink(cs: ChoiceState, out: Any) -> None:
         text = cs.delta(out)
-        if text or out.finished:
-            queue.put_nowait(chunk(cs.index, text, cs.finish_reason if out.finished else None))
+        if text or out.finished or (req.return_token_ids and cs.new_ids):
+            finish = cs.finish_reason if out.finished else None
+            queue.put_nowait(chunk(cs.index, text, finish, cs))
 
     async def run() -> None:
         try:

@@ -19,10 +19,12 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from augserve.core.request import Segment
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tool_parsers import held_prefix
 from augserve.engine.tools import ToolSession
 from augserve.server.request_tools import CallExecutor, openai_tool_calls
+from augserve.server.scripted import timing
 from augserve.server.state import ServerState
 
 if TYPE_CHECKING:
@@ -39,14 +41,22 @@ class ChoiceState:
     finish_reason: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     completion_tokens: int = 0
+    scripted: bool = False  # a scripted plan: the content is the generated text
+    token_ids: list[int] = field(default_factory=list)  # generated ids so far
+    new_ids: list[int] = field(default_factory=list)  # generated ids of the last delta
+    timing: dict[str, Any] | None = None  # a finished scripted choice's timings
     _sent: int = 0
     _results: int = 0
 
     def delta(self, out: RequestOutput | Ended) -> str:
         """New visible content of this choice after `out`."""
         if isinstance(out, Ended):
-            self.finish_reason = out.finish_reason
+            self.finish_reason, self.new_ids = out.finish_reason, []
             return ""
+        self.new_ids = list(out.new_token_ids)
+        self.token_ids += self.new_ids
+        if self.scripted:
+            return self._scripted_delta(out)
         if len(out.tool_results) > self._results:  # a tool answered: a new segment began
             self._results, self._sent = len(out.tool_results), 0
         seg = out.segment_text
@@ -65,6 +75,16 @@ class ChoiceState:
                 self.tool_calls = openai_tool_calls(out.tool_calls, ids)
         return new
 
+    def _scripted_delta(self, out: RequestOutput) -> str:
+        """No parser, no stops: the generated text (filler results are not shown)."""
+        self.content += out.delta_text
+        self.completion_tokens = out.num_generated_tokens
+        if out.finished:
+            self.finish_reason = out.finish_reason
+            if out.request is not None:
+                self.timing = timing(out.request)
+        return out.delta_text
+
     @property
     def trace(self) -> list[Any]:
         return self.executor.trace if self.executor is not None else []
@@ -77,6 +97,7 @@ class Choice:
     state: ChoiceState
     params: SamplingParams
     session: ToolSession | None = None
+    segments: list[Segment] | None = None  # a scripted tool plan
 
 
 @dataclass(frozen=True)
@@ -94,7 +115,13 @@ async def run_choice(
     """One `generate()` call. Closing this generator early (a client gone) closes the
     engine's at once, which aborts the request and frees its KV blocks."""
     finished, reason = False, "abort"
-    gen = state.engine.generate(prompt, choice.params, request_id=request_id, tools=choice.session)
+    gen = state.engine.generate(
+        prompt,
+        choice.params,
+        request_id=request_id,
+        segments=choice.segments,
+        tools=choice.session,
+    )
     try:
         async with aclosing(gen):
             async for out in gen:

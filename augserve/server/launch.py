@@ -41,6 +41,7 @@ class ServeOptions:
     tool_call_parser: str | None = None  # None: from the template
     limits: ServerLimits = ServerLimits()
     slo: SLOConfig = SLOConfig(norm_latency_slo=0.1, ttft_slo=1.0)
+    allow_scripted_tools: bool = False  # accept scripted tool plans (server/scripted.py)
 
     def __post_init__(self) -> None:
         if not self.served_model_names or not all(self.served_model_names):
@@ -75,6 +76,7 @@ def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> Serv
         metrics,
         opts.served_model_names,
         opts.limits,
+        allow_scripted=opts.allow_scripted_tools,
     )
 
 

@@ -3,7 +3,9 @@
 Unknown fields are ignored, as vLLM does. Fields that change results but are not
 supported (logprobs, penalties other than 0, ...) are rejected with a 400 that
 names them, rather than silently ignored. augserve's own extensions: `top_k`,
-`ignore_eos`, and `tool_trace` (return the server-side calls with the answer).
+`ignore_eos`, `tool_trace` (return the server-side calls with the answer), vLLM's
+`return_token_ids`, and `augserve_segments` (a scripted tool plan, benchmarks only:
+see `augserve/server/scripted.py`).
 """
 
 from __future__ import annotations
@@ -147,10 +149,24 @@ Prompt = (
 )
 
 
+class ScriptedSegment(BaseModel):
+    """One segment of a scripted tool plan: generate `output_len` tokens, then (with
+    `call_time`) pause for a call of `call_time` seconds that returns `return_len`
+    filler tokens. Unknown keys are an error (a misspelt key would drop a call)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output_len: Annotated[int, Field(ge=1)]
+    call_time: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] | None = None
+    return_len: Annotated[int, Field(ge=0)] = 0
+
+
 class CompletionRequest(_SamplingFields):
     prompt: Prompt
     echo: bool = False
     suffix: str | None = None
+    return_token_ids: bool = False  # vLLM's extension: each choice carries its token ids
+    augserve_segments: Annotated[list[ScriptedSegment], Field(min_length=1)] | None = None
 
     def prompts(self) -> list[str | list[int]]:
         p = self.prompt

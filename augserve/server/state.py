@@ -49,6 +49,7 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False
     failure: str | None = None  # set when the engine loop has failed
+    allow_scripted: bool = False  # accept `augserve_segments` plans (benchmarks)
     # request id in the engine -> a function that ends its choice at once (shutdown)
     live: dict[str, Callable[[], None]] = field(default_factory=dict)
 

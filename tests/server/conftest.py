@@ -146,6 +146,7 @@ def start_server(
     api_key: str | None = None,
     limits: Any = None,
     chat_template: Path | None = None,
+    allow_scripted: bool = False,
     **engine: Any,
 ) -> LiveServer:
     import torch
@@ -165,6 +166,7 @@ def start_server(
         str(tools_file) if tools_file else None,
         str(chat_template) if chat_template else None,
         limits=limits or ServerLimits(),
+        allow_scripted_tools=allow_scripted,
     )
     state = build_state(AsyncLLMEngine(llm_engine), model_dir, opts)
     handle = BackgroundServer(state, api_key=api_key).start()

@@ -1,0 +1,152 @@
+"""Scripted tool plans on `/v1/completions` (`augserve_segments`, for benchmarks) and
+vLLM's `return_token_ids` extension, against a live server: bad plans are a 400 that
+names the field, plans are off unless the server allows them, and a plan generates
+exactly its tokens, pauses for each call for its duration and reports timings that
+add up."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import MODEL, LiveServer, start_server
+
+PROMPT = [5, 6, 7, 8, 9, 10, 11, 12]
+
+
+@pytest.fixture(scope="module")
+def scripted(chat_model_dir: Path) -> Iterator[LiveServer]:
+    srv = start_server(chat_model_dir, allow_scripted=True, policy="augserve")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def plain(chat_model_dir: Path) -> Iterator[LiveServer]:
+    srv = start_server(chat_model_dir)
+    yield srv
+    srv.stop()
+
+
+def post(srv: LiveServer, **body: Any) -> httpx.Response:
+    body = {"model": MODEL, "prompt": PROMPT, **body}
+    return httpx.post(srv.url + "/v1/completions", json=body, timeout=60)
+
+
+def error_of(resp: httpx.Response) -> tuple[str | None, str]:
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    return err["param"], err["message"]
+
+
+def test_plans_are_off_by_default(plain: LiveServer) -> None:
+    param, msg = error_of(post(plain, augserve_segments=[{"output_len": 3}]))
+    assert param == "augserve_segments" and "--allow-scripted-tools" in msg
+
+
+@pytest.mark.parametrize(
+    ("plan", "extra", "param", "words"),
+    [
+        ([], {}, "augserve_segments", "at least 1"),
+        ([{"output_len": 0}], {}, "augserve_segments.0.output_len", "greater than or equal"),
+        ([{"output_len": 2, "cal_time": 1}], {}, "augserve_segments.0.cal_time", "not permitted"),
+        (
+            [{"output_len": 2, "call_time": -1.0}, {"output_len": 1}],
+            {},
+            "augserve_segments.0.call_time",
+            "greater than or equal",
+        ),
+        ([{"output_len": 2}, {"output_len": 1}], {}, "augserve_segments", "[0] has no call_time"),
+        ([{"output_len": 2, "call_time": 0.1}], {}, "augserve_segments", "last segment must not"),
+        (
+            [{"output_len": 2, "call_time": 1e6}, {"output_len": 1}],
+            {},
+            "augserve_segments",
+            "call_time must be <=",
+        ),
+        ([{"output_len": 3}], {"n": 2}, "n", "n=1"),
+        ([{"output_len": 3}], {"stop": ["x"]}, "stop", "no 'stop'"),
+        ([{"output_len": 3}], {"max_tokens": 5}, "max_tokens", "total output_len (3)"),
+        ([{"output_len": 3}], {"prompt": [PROMPT, PROMPT]}, "prompt", "exactly one prompt"),
+        ([{"output_len": 5000}], {}, "augserve_segments", "maximum context length"),
+    ],
+)
+def test_bad_plans_are_a_400_naming_the_field(
+    scripted: LiveServer, plan: list[dict[str, Any]], extra: dict[str, Any], param: str, words: str
+) -> None:
+    got_param, msg = error_of(post(scripted, augserve_segments=plan, **extra))
+    assert got_param == param, msg
+    assert words in msg
+
+
+def test_a_plan_runs_its_tokens_and_calls_with_consistent_timing(scripted: LiveServer) -> None:
+    plan = [
+        {"output_len": 4, "call_time": 0.3, "return_len": 6},
+        {"output_len": 3, "call_time": 0.2, "return_len": 2},
+        {"output_len": 5},
+    ]
+    resp = post(scripted, augserve_segments=plan, return_token_ids=True)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "stop"  # the plan ran to its end
+    assert len(choice["token_ids"]) == 12  # generated tokens only, EOS ignored
+    assert body["usage"] == {"prompt_tokens": 8, "completion_tokens": 12, "total_tokens": 20}
+    t = choice["augserve_timing"]
+    assert (t["generated_tokens"], t["returned_tokens"]) == (12, 8)
+    calls = t["calls"]
+    assert [c["returned_tokens"] for c in calls] == [6, 2]
+    assert all(c["policy"] in ("preserve", "swap", "discard") for c in calls)
+    for c, want in zip(calls, (0.3, 0.2), strict=True):
+        assert want - 0.01 <= c["end"] - c["start"] <= want + 0.5
+    assert t["call_time"] == pytest.approx(sum(c["end"] - c["start"] for c in calls), abs=1e-5)
+    # in order: queued, first token, first call, second call, finished
+    assert 0 <= t["first_scheduled"] <= t["first_token"] <= calls[0]["start"]
+    assert calls[0]["end"] <= calls[1]["start"] and calls[1]["end"] <= t["finish"]
+    assert t["finish"] >= t["call_time"] + t["exec_time"] * 0.5
+    assert t["norm_latency"] == pytest.approx((t["finish"] - t["call_time"]) / 12, rel=1e-6)
+    scripted.wait_idle()
+
+
+def test_return_token_ids_matches_the_text_and_the_stream(scripted: LiveServer) -> None:
+    kw = {"max_tokens": 6, "temperature": 0.0, "ignore_eos": True, "return_token_ids": True}
+    choice = post(scripted, **kw).json()["choices"][0]
+    ids = choice["token_ids"]
+    assert len(ids) == 6 and "augserve_timing" not in choice
+    assert scripted.tokenizer.decode(ids) == choice["text"]
+    assert "token_ids" not in post(scripted, max_tokens=2).json()["choices"][0]
+    streamed: list[int] = []
+    body = {"model": MODEL, "prompt": PROMPT, "stream": True, **kw}
+    with httpx.stream("POST", scripted.url + "/v1/completions", json=body, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                for c in json.loads(line[6:])["choices"]:
+                    streamed += c.get("token_ids", [])
+    assert streamed == ids  # greedy: the same tokens both ways
+
+
+def test_a_streamed_plan_ends_with_its_timing(scripted: LiveServer) -> None:
+    plan = [{"output_len": 2, "call_time": 0.1, "return_len": 3}, {"output_len": 2}]
+    body = {"model": MODEL, "prompt": PROMPT, "stream": True, "augserve_segments": plan}
+    chunks = []
+    with httpx.stream("POST", scripted.url + "/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks += json.loads(line[6:])["choices"]
+    final = [c for c in chunks if c["finish_reason"]]
+    assert len(final) == 1 and final[0]["finish_reason"] == "stop"
+    t = final[0]["augserve_timing"]
+    assert t["generated_tokens"] == 4 and len(t["calls"]) == 1
+    assert t["calls"][0]["end"] - t["calls"][0]["start"] >= 0.09
+
+
+def test_the_cli_flag_turns_plans_on() -> None:
+    from augserve.cli import build_parser
+
+    assert build_parser().parse_args(["serve"]).allow_scripted_tools is False
+    assert build_parser().parse_args(["serve", "--allow-scripted-tools"]).allow_scripted_tools
