@@ -27,13 +27,33 @@ class SchedulerConfig:
     dynamic_budget: None takes the policy's default (only `augserve` is dynamic); see
         `augserve.sched.budget.dynamic_token_budget`.
     beta: AugServe's waiting-value weight per millisecond (PAPER.md section 3).
-    beta_low / beta_high: clip range of the dynamic budget, in units of T_max.
+    beta_low / beta_high: clip range of the dynamic budget, in units of T_max (PAPER.md
+        section 4, revised: [0.5, 1.0], the budget only shrinks below T_max).
+    segment_cost: AugServe's space-time cost fixed per segment, set on arrival and at
+        each return (Algorithm 1). Default False (PAPER.md section 3, revised): each
+        iteration the cost covers what remains of the segment.
     swap_budget_blocks: blocks moved each way per iteration; None derives it from the
         cost model (tokens swappable in one decode iteration).
     lazy_eviction: keep Swap/Discard requests' KV on device until memory is needed.
     forced_context_policy: use this policy at every call (tests, ablations).
+    reevaluate_paused: each iteration, choose again the context policy of every paused
+        request still holding device KV, with its remaining predicted call time (as
+        WukLab/InferCept does); policies that discard at a call are unaffected.
     scan_on: keep scanning past a request that does not fit (AugServe's packing).
-    mars_starvation_limit / mars_quantum: MARS's anti-starvation rule.
+    mars_starvation_limit / mars_quantum: MARS's anti-starvation rule: a waiting request
+        skipped that many iterations runs ahead of waiting requests for `mars_quantum`
+        iterations (mars-codebase, exps/6B_bench.sh: 100 and 100,000).
+    mars_block_triangle / mars_after_returned / mars_swap_rate / mars_boost_running:
+        MARS's V2 score (mars-codebase, vllm/core/policy.py) and what each of its
+        choices replaces, for the ablation: the chunked memory-time triangle over
+        blocks (False: the decode triangle tau_iter * n (n + 1) / 2 over the same
+        tokens); "after" counts the returned tokens (False: the interval only); the
+        swap term's rate in blocks per second (None: the profile's host link); a boost
+        ahead of running requests too (False: of waiting ones only).
+    incremental_ranking: keep requests without KV in a persistent per-policy queue
+        (a heap; AugServe's aging values in a kinetic heap) instead of keying and sorting
+        every runnable request each iteration (False); both offer the batch in exactly
+        the same order.
     predictor: `oracle`, `noisy:P` or `learned:DIR`, resolved by the faces.
     """
 
@@ -46,13 +66,20 @@ class SchedulerConfig:
     dynamic_budget: bool | None = None
     beta: float = 5e-5
     beta_low: float = 0.5
-    beta_high: float = 2.0
+    beta_high: float = 1.0
+    segment_cost: bool = False
     swap_budget_blocks: int | None = None
     lazy_eviction: bool = True
     forced_context_policy: ContextPolicy | None = None
+    reevaluate_paused: bool = True
     scan_on: bool = True
     mars_starvation_limit: int = 100
-    mars_quantum: int = 10
+    mars_quantum: int = 100_000
+    mars_block_triangle: bool = True
+    mars_after_returned: bool = True
+    mars_swap_rate: float | None = 2.0
+    mars_boost_running: bool = False
+    incremental_ranking: bool = True
     predictor: str = "oracle"
 
     def __post_init__(self) -> None:
@@ -60,6 +87,7 @@ class SchedulerConfig:
             raise ValueError(f"SchedulerConfig.policy must be a policy name, got {self.policy!r}")
         _positive(self, "block_size", "num_device_blocks", "max_batch_tokens", "max_num_seqs")
         _positive(self, "swap_budget_blocks", "mars_starvation_limit", "mars_quantum")
+        _positive(self, "mars_swap_rate")
         if self.num_host_blocks < 0:
             raise ValueError(
                 f"SchedulerConfig.num_host_blocks must be >= 0, got {self.num_host_blocks}"

@@ -258,6 +258,48 @@ def derive_profile(s: Setup) -> LatencyProfile:
     )
 
 
+# --- calibrated profiles ----------------------------------------------------------
+# A roofline profile with every time term multiplied by one factor, fitted to the
+# paper's own absolute figures on that setup by `python -m augserve.sim.calibrate`
+# (docs/profiles.md, "Calibrated profiles"); `--write` rewrites this block.
+# BEGIN CALIBRATED
+CALIBRATED: dict[str, tuple[str, float]] = {
+    "opt-13b-h800-paper": ("opt-13b-h800", 2.0),
+}
+# END CALIBRATED
+
+
+def scaled_profile(base: LatencyProfile, name: str, scale: float) -> LatencyProfile:
+    """`base` on a machine `scale` times slower: every iteration-time coefficient times
+    `scale`, the host link divided by it; memory and budgets unchanged."""
+    if not scale > 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
+    return replace(
+        base,
+        name=name,
+        c0=_sig(base.c0 * scale),
+        c_prefill=_sig(base.c_prefill * scale),
+        c_attn=_sig(base.c_attn * scale),
+        c_decode=_sig(base.c_decode * scale),
+        c_ctx=_sig(base.c_ctx * scale),
+        swap_bandwidth=_sig(base.swap_bandwidth / scale),
+        description=(
+            f"{base.name} with every time term x {scale:g}: calibrated to the paper's "
+            f"absolute figures by augserve.sim.calibrate (docs/profiles.md); "
+            f"base: {base.description}"
+        ),
+    )
+
+
+def roofline_profiles() -> list[LatencyProfile]:
+    return [derive_profile(s) for s in SETUPS]
+
+
+def calibrated_profiles() -> list[LatencyProfile]:
+    roofline = {p.name: p for p in roofline_profiles()}
+    return [scaled_profile(roofline[b], name, k) for name, (b, k) in CALIBRATED.items()]
+
+
 def render(profile: LatencyProfile) -> str:
     """The exact text of a shipped profile file."""
     return json.dumps(profile.to_dict(), indent=2) + "\n"
@@ -307,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="compare only; exit 1 on drift")
     ap.add_argument("--table", action="store_true", help="print the derived figures")
     args = ap.parse_args(argv)
-    profiles = [derive_profile(s) for s in SETUPS]
+    profiles = roofline_profiles() + calibrated_profiles()
     if args.table:
         print(table(profiles))
         return 0

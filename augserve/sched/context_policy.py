@@ -23,7 +23,30 @@ def waste(
     if policy is ContextPolicy.DISCARD:
         t = latency.prefill_time(ctx_len)
         return t * ctx_len + t * other_tokens
+    return swap_waste(ctx_len, latency)
+
+
+def swap_waste(ctx_len: int, latency: LatencyModel) -> float:
+    """Waste_S = 2 tau_swap(L) N_fwd_max."""
     return 2.0 * latency.swap_time(ctx_len) * latency.swap_tokens_per_iter()
+
+
+def choose_from_terms(
+    ctx_len: int,
+    call_time: float,
+    other_tokens: int,
+    t_fwd: float,
+    waste_swap: float | None,
+) -> ContextPolicy:
+    """argmin of the waste from its precomputed parts: t_fwd = tau_fwd(L), waste_swap =
+    Waste_S (None: no host memory). Ties go to Preserve, then Discard."""
+    best, low = ContextPolicy.PRESERVE, call_time * ctx_len
+    discard = t_fwd * ctx_len + t_fwd * other_tokens
+    if discard < low:
+        best, low = ContextPolicy.DISCARD, discard
+    if waste_swap is not None and waste_swap < low:
+        best = ContextPolicy.SWAP
+    return best
 
 
 def choose_context_policy(
@@ -34,7 +57,10 @@ def choose_context_policy(
     allow_swap: bool,
 ) -> ContextPolicy:
     """argmin of the waste; ties go to Preserve, then Discard."""
-    candidates = [ContextPolicy.PRESERVE, ContextPolicy.DISCARD]
-    if allow_swap:
-        candidates.append(ContextPolicy.SWAP)
-    return min(candidates, key=lambda p: waste(p, ctx_len, call_time, other_tokens, latency))
+    return choose_from_terms(
+        ctx_len,
+        call_time,
+        other_tokens,
+        latency.prefill_time(ctx_len),
+        swap_waste(ctx_len, latency) if allow_swap else None,
+    )

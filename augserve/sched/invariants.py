@@ -57,6 +57,18 @@ def check_invariants(
         )
     for rid in sched.memory.reclaimable:
         _check(sched.is_paused(rid), f"{rid}: reclaimable but not paused")
+    if sched.queue is not None:
+        for r in live:
+            if sched.is_paused(r.request_id):
+                _check(r not in sched.queue, f"{r.request_id}: paused and queued")
+                continue
+            holds = bool(r.block_ids or r.host_block_ids)
+            queued = r in sched.queue
+            _check(holds != queued, f"{r.request_id}: holds KV={holds}, queued={queued}")
+        _check(
+            len(sched.queue) + sched.num_held == sched.num_live - sched.num_in_calls(),
+            "the queue and the KV holders do not add up to the runnable requests",
+        )
     for r in finished:
         _check(not r.block_ids and not r.host_block_ids, f"{r.request_id}: finished with blocks")
     if out is not None:

@@ -56,6 +56,15 @@ class MemoryManager:
             if policy in _EVICTABLE:
                 self.reclaimable[req.request_id] = req
 
+    def replan(self, req: Request, policy: ContextPolicy) -> None:
+        """A paused request holding device KV changes its planned policy (INFERCEPT
+        re-evaluates it every iteration with the call's remaining time)."""
+        req.context_policy = policy
+        if policy in _EVICTABLE:
+            self.reclaimable[req.request_id] = req
+        else:
+            self.reclaimable.pop(req.request_id, None)
+
     def release(self, req: Request) -> None:
         """The request left its call (returned, finished or aborted)."""
         self.in_call.pop(req.request_id, None)

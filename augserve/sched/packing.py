@@ -12,9 +12,12 @@ recompute, as vLLM does). The scan goes on past a request that does not fit.
 
 Requests that hold KV (running, resumable) are bounded by memory and fully
 sorted; those that hold none (waiting) can be many under overload, so they
-are ranked lazily from a heap and passed over without being popped while
-memory is exhausted (no request without KV could be admitted then). The
-order offered is exactly the policy's sort order.
+are ranked lazily and passed over while memory is exhausted (no request
+without KV could be admitted then). They come either from the policy's
+persistent queue (`queue`, see `ranking.py`: the scheduler's default), read
+in key order without being popped, or, without a queue, from a heap keyed
+afresh from `candidates` each iteration. The order offered is exactly the
+policy's sort order either way.
 
 With chunked prefill a request that does not fit whole takes a partial
 chunk, so the token-budget knapsack is fractional and the greedy order is
@@ -34,12 +37,18 @@ from augserve.core.request import Request
 from augserve.sched.memory import MemoryManager
 from augserve.sched.output import ScheduledChunk
 from augserve.sched.policies.base import RankingPolicy
+from augserve.sched.ranking import QueueScan, RankQueue
 
 Keyed = tuple[tuple[Any, ...], Request]
 
 
 class Packer:
-    """One iteration's greedy packing (built fresh by each `schedule()`)."""
+    """One iteration's greedy packing (built fresh by each `schedule()`).
+
+    With a `queue`, `candidates` are the runnable requests that hold KV and the
+    queue holds the others; afterwards `admitted` lists the queued requests that
+    got KV and `preempted` the candidates that lost theirs.
+    """
 
     def __init__(
         self,
@@ -48,6 +57,8 @@ class Packer:
         config: SchedulerConfig,
         candidates: Sequence[Request],
         now: float,
+        *,
+        queue: RankQueue | None = None,
     ) -> None:
         self.memory = memory
         self.kv = memory.kv
@@ -65,10 +76,14 @@ class Packer:
                 self.no_kv.append(r)
         self.held.sort(key=itemgetter(0))
         self._heap: list[Keyed] | None = None
+        self.queue = queue
+        self._scan: QueueScan | None = None
         self.holders = [r for _, r in self.held]  # preemption victims come from here
         self.next_holder = 0
         self.last_key: tuple[Any, ...] | None = None
         self.scheduled: set[str] = set()
+        self.admitted: list[Request] = []  # from the queue, now holding KV
+        self.preempted: list[Request] = []  # candidates whose KV was taken
         self.reclaim_exhausted = not memory.has_reclaimable
         self.block_size = config.block_size
 
@@ -82,20 +97,40 @@ class Packer:
         """
         held = self.held
         gone = not self.pool.device.num_free and self.reclaim_exhausted
-        heap = [] if gone else self.waiting_heap()
-        if not gone and self.last_key is not None:
-            while heap and heap[0][0] < self.last_key:
-                heapq.heappop(heap)
+        top = None if gone else self._waiting_top()
         i = self.next_holder
-        if i < len(held) and (gone or not heap or held[i][0] < heap[0][0]):
+        if i < len(held) and (top is None or held[i][0] < top[0]):
             key, req = held[i]
             self.next_holder = i + 1
-        elif gone or not heap:
+        elif top is None:
             return None
         else:
-            key, req = heapq.heappop(heap)
+            key, req = top
+            self._pop_waiting()
         self.last_key = key
         return req
+
+    def _waiting_top(self) -> Keyed | None:
+        """The best request without KV not yet offered (dropping those ranked before
+        the last offered request: they were passed over while memory was gone)."""
+        last = self.last_key
+        if self.queue is not None:
+            if self._scan is None:
+                self._scan = self.queue.scan(self.now)
+            scan = self._scan
+            if last is not None:
+                scan.skip_below(last)
+            return scan.peek()
+        heap = self.waiting_heap()
+        while heap and last is not None and heap[0][0] < last:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def _pop_waiting(self) -> None:
+        if self._scan is not None:
+            self._scan.pop()
+        else:
+            heapq.heappop(self.waiting_heap())
 
     def waiting_heap(self) -> list[Keyed]:
         """Requests without KV in a heap, keyed when first needed (often never under
@@ -107,21 +142,51 @@ class Packer:
         return self._heap
 
     def run(self, budget: int) -> list[ScheduledChunk]:
+        """Offer requests in policy order until the budget, the batch size or the
+        requests run out (the merge of `next_request`, inlined: this loop runs for
+        every request of every iteration)."""
         cfg = self.config
+        max_seqs, scan_on, bs = cfg.max_num_seqs, cfg.scan_on, self.block_size
         chunks: list[ScheduledChunk] = []
         left = budget
-        while left > 0 and len(chunks) < cfg.max_num_seqs:
-            req = self.next_request()
-            if req is None:
+        held, device = self.held, self.pool.device
+        top: Keyed | None = None
+        top_fresh = False  # `top` is the waiting top for the current last_key
+        while left > 0 and len(chunks) < max_seqs:
+            if not device.num_free and self.reclaim_exhausted:
+                top, top_fresh = None, False  # memory is gone: pass the waiting over
+            elif not top_fresh:
+                top, top_fresh = self._waiting_top(), True
+            i = self.next_holder
+            if i < len(held) and (top is None or held[i][0] < top[0]):
+                key, req = held[i]
+                self.next_holder = i + 1
+                queued = False
+            elif top is None:
                 break
-            chunk = self.try_schedule(req, left)
+            else:
+                key, req = top
+                self._pop_waiting()
+                top_fresh, queued = False, True
+            self.last_key = key
+            computed = req.num_computed_tokens
+            if (
+                req.num_tokens - computed == 1
+                and not req.host_block_ids
+                and computed < len(req.block_ids) * bs
+            ):  # decode into a block it already holds (as in `try_schedule`)
+                chunk: ScheduledChunk | None = ScheduledChunk(req, 1, computed, True, req.block_ids)
+            else:
+                chunk = self.try_schedule(req, left)
             if chunk is None:
-                if not cfg.scan_on:
+                if not scan_on:
                     break
                 continue
             chunks.append(chunk)
             left -= chunk.num_tokens
             self.scheduled.add(req.request_id)
+            if queued and self.queue is not None:
+                self.admitted.append(req)
         return chunks
 
     def try_schedule(self, req: Request, left: int) -> ScheduledChunk | None:
@@ -192,6 +257,7 @@ class Packer:
                 continue
             if victim.block_ids or victim.host_block_ids:
                 freed += self.memory.preempt(victim)
+                self.preempted.append(victim)
         return freed
 
 

@@ -28,7 +28,7 @@ from augserve.core.request import (
     RequestStatus,
 )
 from augserve.sched.budget import dynamic_token_budget
-from augserve.sched.context_policy import choose_context_policy
+from augserve.sched.context_policy import choose_context_policy, choose_from_terms, swap_waste
 from augserve.sched.kv_manager import KVManager
 from augserve.sched.memory import MemoryManager
 from augserve.sched.output import (
@@ -40,8 +40,9 @@ from augserve.sched.output import (
     StepEvent,
     StepResult,
 )
-from augserve.sched.packing import pack_batch
+from augserve.sched.packing import Packer, pack_batch
 from augserve.sched.policies import make_policy, uses_dynamic_budget
+from augserve.sched.ranking import RankQueue
 
 
 class Scheduler:
@@ -59,10 +60,22 @@ class Scheduler:
         self.policy = make_policy(config, latency, self)
         self.dynamic_budget = uses_dynamic_budget(config)
         self._runnable: dict[str, Request] = {}  # WAITING, RUNNING, RESUMABLE_SWAPPED
+        # incremental ranking: runnable requests holding KV here, the others in the queue
+        self.queue: RankQueue | None = None
+        if config.incremental_ranking:
+            self.queue = self.policy.make_queue()
+        self._held: dict[str, Request] = {}
         self._paused: dict[str, Request] = {}  # in an external call
         self._aborted_in_call: set[str] = set()
         self._update = SchedulerUpdate()
         self._running_tokens = 0
+        self._running_batch = 0
+        self._reevaluate = (
+            config.reevaluate_paused
+            and not self.policy.discard_on_call
+            and config.forced_context_policy is None
+        )
+        self._waste_parts: dict[str, tuple[int, float, float | None]] = {}
         self._last_budget = config.max_batch_tokens
         self.iteration = 0
         self.capacity_tokens = config.num_device_blocks * config.block_size
@@ -71,6 +84,11 @@ class Scheduler:
     @property
     def num_live(self) -> int:
         return len(self._runnable) + len(self._paused)
+
+    @property
+    def num_held(self) -> int:
+        """Runnable requests holding KV (with incremental ranking; 0 without)."""
+        return len(self._held)
 
     def has_runnable(self) -> bool:
         return bool(self._runnable)
@@ -84,6 +102,11 @@ class Scheduler:
     def running_tokens(self) -> int:
         """Tokens held by running requests (L_other), as of the last `schedule()`."""
         return self._running_tokens
+
+    def running_batch(self) -> int:
+        """Tokens the running requests compute next (1 per decoding request, the rest of
+        a prefill), as of the last `schedule()`: MARS's "running batch"."""
+        return self._running_batch
 
     def token_budget(self) -> int:
         cfg = self.config
@@ -138,8 +161,25 @@ class Scheduler:
             return self._take_update()
         self._apply_prediction(req, prediction)
         self.policy.on_arrival(req, now)
-        self._runnable[req.request_id] = req
+        self._add_runnable(req, now)
         return self._take_update()
+
+    def _add_runnable(self, req: Request, now: float) -> None:
+        self._runnable[req.request_id] = req
+        if self.queue is None:
+            return
+        if req.block_ids or req.host_block_ids:
+            self._held[req.request_id] = req
+        else:
+            self.queue.add(req, now)
+
+    def _drop_runnable(self, req: Request) -> None:
+        if (
+            self._runnable.pop(req.request_id, None) is not None
+            and self.queue is not None
+            and self._held.pop(req.request_id, None) is None
+        ):
+            self.queue.remove(req)
 
     def _apply_prediction(self, req: Request, prediction: Prediction | None) -> None:
         if prediction is None and self.predictor is not None:
@@ -155,14 +195,23 @@ class Scheduler:
         self.iteration += 1
         out = SchedulerOutput(now=now)
         self.memory.kv.begin(out)
+        self._count_running()
+        if self._reevaluate:
+            self._reevaluate_paused(now)
         if not self.config.lazy_eviction:
             self.memory.evict_all_reclaimable()
         out.token_budget = self._last_budget = self.token_budget()
-        self._running_tokens = self._count_running_tokens()
-        candidates = list(self._runnable.values())
-        out.chunks = pack_batch(
-            self.memory, self.policy, self.config, candidates, out.token_budget, now
-        )
+        queue = self.queue
+        if queue is None:
+            candidates = list(self._runnable.values())
+            out.chunks = pack_batch(
+                self.memory, self.policy, self.config, candidates, out.token_budget, now
+            )
+        else:
+            queue.advance(now)
+            candidates = list(self._held.values())
+            packer = Packer(self.memory, self.policy, self.config, candidates, now, queue=queue)
+            out.chunks = packer.run(out.token_budget)
         running = RequestStatus.RUNNING
         for chunk in out.chunks:
             req = chunk.request
@@ -170,15 +219,55 @@ class Scheduler:
             req.last_scheduled_time = now
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
+        if queue is not None:
+            self._requeue(packer, queue, now)
         if self.policy.needs_after_schedule:
             scheduled = {c.request.request_id for c in out.chunks}
             self.policy.after_schedule(candidates, scheduled, now)
         self.memory.kv.end()
         return out
 
-    def _count_running_tokens(self) -> int:
+    def _requeue(self, packer: Packer, queue: RankQueue, now: float) -> None:
+        """Move requests that got KV out of the queue, and those that lost it in."""
+        held = self._held
+        for req in packer.admitted:
+            queue.remove(req)
+            held[req.request_id] = req
+        for req in packer.preempted:
+            if not (req.block_ids or req.host_block_ids):
+                del held[req.request_id]
+                queue.add(req, now)
+
+    def _count_running(self) -> None:
+        """L_other (tokens held by running requests) and MARS's running batch."""
+        tokens = batch = 0
         running = RequestStatus.RUNNING
-        return sum(r.num_computed_tokens for r in self._runnable.values() if r.status is running)
+        reqs = self._runnable if self.queue is None else self._held  # RUNNING holds KV
+        for r in reqs.values():
+            if r.status is running:
+                tokens += r.num_computed_tokens
+                batch += r.num_tokens - r.num_computed_tokens
+        self._running_tokens, self._running_batch = tokens, batch
+
+    def _reevaluate_paused(self, now: float) -> None:
+        """INFERCEPT (WukLab/InferCept, `_schedule_chunk_and_fill`): every iteration the
+        context policy of each paused request still holding device KV is chosen again,
+        with the call's remaining predicted time and the current L_other."""
+        other, parts = self._running_tokens, self._waste_parts
+        bs, memory = self.config.block_size, self.memory
+        for rid, req in memory.in_call.items():
+            ctx = len(req.block_ids) * bs if req.host_block_ids else req.num_tokens
+            part = parts.get(rid)
+            if part is None or part[0] != ctx:
+                part = parts[rid] = self._waste_terms(ctx)
+            left = req.calls[-1].start + (req.pred_call_time or 0.0) - now
+            policy = choose_from_terms(ctx, left if left > 0.0 else 0.0, other, part[1], part[2])
+            if policy is not req.context_policy:
+                memory.replan(req, policy)
+
+    def _waste_terms(self, ctx: int) -> tuple[int, float, float | None]:
+        swap = swap_waste(ctx, self.latency) if self.pool.num_host_blocks > 0 else None
+        return ctx, self.latency.prefill_time(ctx), swap
 
     # --- executor reports --------------------------------------------------------------
     def update_from_output(
@@ -186,6 +275,7 @@ class Scheduler:
     ) -> SchedulerUpdate:
         """Apply one iteration's results (`now`: when it ended)."""
         elapsed = max(0.0, now - out.now)
+        get = results.get
         for chunk in out.chunks:
             req = chunk.request
             if req.finish_time is not None:
@@ -193,7 +283,7 @@ class Scheduler:
             req.num_computed_tokens += chunk.num_tokens
             req.exec_time += elapsed
             if chunk.sample:
-                self._apply_sample(req, results.get(req.request_id, StepResult()), now)
+                self._apply_sample(req, get(req.request_id, _NO_EVENT), now)
         return self._take_update()
 
     def _apply_sample(self, req: Request, result: StepResult, now: float) -> None:
@@ -206,7 +296,7 @@ class Scheduler:
             self._start_call(req, result, now)
 
     def _start_call(self, req: Request, result: StepResult, now: float) -> None:
-        del self._runnable[req.request_id]
+        self._drop_runnable(req)
         self._paused[req.request_id] = req
         req.calls.append(CallRecord(start=now, tool=result.tool, args_len=result.args_len))
         if self.policy.discard_on_call:
@@ -252,6 +342,7 @@ class Scheduler:
         if token_ids is not None and len(token_ids) != num_returned:
             raise ValueError(f"resume {request_id!r}: {len(token_ids)} ids for {num_returned}")
         self.memory.release(req)
+        self._waste_parts.pop(request_id, None)
         call = req.calls[-1]
         call.end = now
         call.returned_tokens = req.append_returned(num_returned, token_ids)
@@ -268,7 +359,7 @@ class Scheduler:
             return self._take_update()
         self._apply_prediction(req, prediction)
         self.policy.on_return(req, applied, now)
-        self._runnable[request_id] = req
+        self._add_runnable(req, now)
         self._update.resumed.append(request_id)
         return self._take_update()
 
@@ -284,8 +375,9 @@ class Scheduler:
 
     def _finish(self, req: Request, reason: FinishReason, now: float) -> None:
         self.memory.free(req)
-        self._runnable.pop(req.request_id, None)
+        self._drop_runnable(req)
         self._paused.pop(req.request_id, None)
+        self._waste_parts.pop(req.request_id, None)
         req.status = reason.status
         req.finish_reason = reason
         req.finish_time = now
@@ -297,6 +389,8 @@ class Scheduler:
         upd, self._update = self._update, SchedulerUpdate()
         return upd
 
+
+_NO_EVENT = StepResult()  # what a sampling chunk without a result reports
 
 _APPLIED = {
     RequestStatus.PAUSED_PRESERVED: ContextPolicy.PRESERVE,

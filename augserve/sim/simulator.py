@@ -56,12 +56,16 @@ def step_results(out: SchedulerOutput) -> dict[str, StepResult]:
         if not chunk.sample:
             continue
         req = chunk.request
-        seg = req.current_segment
+        segments, k = req.segments, req.segment_index
+        seg = segments[k] if k < len(segments) else None
         if seg is not None and req.segment_generated + 1 < max(1, seg.output_len):
             continue  # StepEvent.NONE is the default the scheduler assumes
-        event = StepEvent.CALL if seg is not None and seg.has_call else StepEvent.FINISH
-        results[req.request_id] = StepResult(event=event)
+        results[req.request_id] = _CALL if seg is not None and seg.has_call else _FINISH
     return results
+
+
+_CALL = StepResult(event=StepEvent.CALL)
+_FINISH = StepResult(event=StepEvent.FINISH)
 
 
 @dataclass

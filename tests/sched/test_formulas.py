@@ -90,10 +90,10 @@ def test_post_invocation_refinement_uses_realized_return_and_applied_policy(prof
 
 
 def test_value_density_with_beta(profile):
-    pol = _augserve(profile, beta=5e-5)
+    pol = _augserve(profile, beta=5e-5, segment_cost=True)  # C fixed: set it by hand
     a = Request("a", 0.0, prompt_len=100)
     b = Request("b", 0.0, prompt_len=100)
-    pol._cost.update(a=33.65, b=30.0)
+    pol._seg.update(a=33.65, b=30.0)
     a.last_scheduled_time, b.last_scheduled_time = 0.0, 2.0
     order = pol.order([b, a], now=2.0)
     # a waited 2000 ms: V = 1 + 5e-5 * 2000 = 1.1; theta = 1.1 / 33.65 = 0.03269 > 1 / 30

@@ -12,11 +12,31 @@ from augserve.profiles import derive, list_profiles, load_profile
 from augserve.profiles import load as sim_profiles
 
 SHIPPED = ["gptj-6b-rtx4090", "llama3-70b-4xa100", "opt-13b-h800", "vicuna-13b-2xa100"]
+CALIBRATED = sorted(derive.CALIBRATED)
 SETUPS = {s.name: s for s in derive.SETUPS}
+TIME_TERMS = ("c0", "c_prefill", "c_attn", "c_decode", "c_ctx")
 
 
-def test_list_profiles_names_the_four_setups() -> None:
-    assert list_profiles() == SHIPPED
+def test_list_profiles_names_the_four_setups_and_the_calibrated_ones() -> None:
+    assert "opt-13b-h800-paper" in CALIBRATED
+    assert list_profiles() == sorted(SHIPPED + CALIBRATED)
+
+
+@pytest.mark.parametrize("name", CALIBRATED)
+def test_calibrated_profile_is_its_roofline_with_every_time_term_scaled(name: str) -> None:
+    base_name, scale = derive.CALIBRATED[name]
+    base, p = load_profile(base_name), load_profile(name)
+    shipped = (derive.PROFILE_DIR / f"{name}.json").read_text(encoding="utf-8")
+    assert shipped == derive.render(derive.scaled_profile(base, name, scale)), (
+        f"{name}.json drifted; run `python -m augserve.profiles.derive`"
+    )
+    for term in TIME_TERMS:
+        assert getattr(p, term) == pytest.approx(getattr(base, term) * scale, rel=1e-3)
+    assert p.swap_time(1000) == pytest.approx(base.swap_time(1000) * scale, rel=1e-3)
+    assert p.decode_iter_time() == pytest.approx(base.decode_iter_time() * scale, rel=1e-3)
+    for same in ("kv_bytes", "device_kv_bytes", "host_kv_bytes", "max_batch_tokens"):
+        assert getattr(p, same) == getattr(base, same)
+    assert "calibrated" in p.description and f"x {scale:g}" in p.description
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -39,7 +59,7 @@ def test_derive_check_mode_reports_up_to_date(tmp_path: Path) -> None:
     assert derive.main(["--check"]) == 0
     assert derive.main(["--check", "--out", str(tmp_path)]) == 1
     assert derive.main(["--out", str(tmp_path)]) == 0
-    assert sorted(p.stem for p in tmp_path.glob("*.json")) == SHIPPED
+    assert sorted(p.stem for p in tmp_path.glob("*.json")) == sorted(SHIPPED + CALIBRATED)
     assert load_profile(tmp_path / "opt-13b-h800.json") == load_profile("opt-13b-h800")
 
 
@@ -149,5 +169,5 @@ def test_type_table_covers_every_field() -> None:
 
 def test_docs_table_matches_derivation() -> None:
     docs = Path(__file__).resolve().parents[2] / "docs" / "profiles.md"
-    table = derive.table([derive.derive_profile(s) for s in derive.SETUPS])
+    table = derive.table(derive.roofline_profiles() + derive.calibrated_profiles())
     assert table in docs.read_text(encoding="utf-8"), "update docs/profiles.md from --table"

@@ -42,7 +42,7 @@ def _req_b() -> Request:
     return Request("b", 0.005, 5, [Segment(1)])
 
 
-@pytest.mark.parametrize("policy", ["infercept", "ssjf", "mars", "augserve"])
+@pytest.mark.parametrize("policy", ["infercept", "ssjf-infercept", "mars", "augserve"])
 def test_one_request_one_call_by_hand(policy: str) -> None:
     a = _req_a()
     cfg = _config(policy, forced_context_policy=ContextPolicy.PRESERVE)

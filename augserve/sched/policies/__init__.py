@@ -8,14 +8,17 @@ from augserve.sched.policies.augserve import AugServePolicy
 from augserve.sched.policies.base import LoadView, RankingPolicy
 from augserve.sched.policies.fcfs import InferceptPolicy, VLLMPolicy
 from augserve.sched.policies.mars import MARSPolicy
-from augserve.sched.policies.ssjf import SSJFPolicy
+from augserve.sched.policies.slack import SlackPolicy
+from augserve.sched.policies.ssjf import SSJFInferceptPolicy, SSJFPolicy
 
 POLICIES: dict[str, type[RankingPolicy]] = {
     "vllm": VLLMPolicy,
     "infercept": InferceptPolicy,
     "ssjf": SSJFPolicy,
+    "ssjf-infercept": SSJFInferceptPolicy,
     "mars": MARSPolicy,
     "augserve": AugServePolicy,
+    "augserve-slo": SlackPolicy,
 }
 
 

@@ -14,10 +14,16 @@ from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
 from augserve.core.request import ContextPolicy, Request
 from augserve.sched.context_policy import choose_context_policy
+from augserve.sched.ranking import HeapQueue, RankQueue
 
 
 class LoadView(Protocol):
-    """What a policy may ask the scheduler about the load."""
+    """What a policy may ask the scheduler about the load.
+
+    The `Scheduler` also answers `running_batch()` (tokens the running requests
+    still have to compute: 1 per decoding request, the rest of a prefill),
+    which MARS reads where the view has it.
+    """
 
     def running_tokens(self) -> int:
         """Tokens held by running requests (L_other), as of the last `schedule()`."""
@@ -71,6 +77,15 @@ class RankingPolicy:
 
     def order(self, reqs: Sequence[Request], now: float) -> list[Request]:
         return sorted(reqs, key=lambda r: self.key(r, now))
+
+    def make_queue(self) -> RankQueue:
+        """The persistent queue of runnable requests without KV (incremental ranking).
+
+        The default heap is exact for keys that do not change while a request
+        waits without KV, as FCFS and SSJF keys; a policy whose keys age or
+        move must return a queue that follows them.
+        """
+        return HeapQueue(self.key)
 
     def after_schedule(
         self, candidates: Sequence[Request], scheduled: set[str], now: float

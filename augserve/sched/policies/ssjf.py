@@ -1,4 +1,12 @@
-"""Speculative shortest-job-first: rank by predicted remaining output (PAPER.md section 6)."""
+"""Speculative shortest-job-first: rank by predicted remaining output (PAPER.md section 6).
+
+`ssjf` is the baseline as the paper ran it: its figure 18 shows SSJF with the
+GPU cache under 50% and no CPU offloading, i.e. vLLM's handling of a call (KV
+freed when the call starts, the whole context recomputed on return, where the
+request re-enters ranked by its predicted length). `ssjf-infercept` is the
+same order over INFERCEPT's min-waste handling of calls (lazy Preserve / Swap /
+Discard): a stronger baseline the paper did not run.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,14 @@ from augserve.sched.policies.base import RankingPolicy, predicted_remaining
 
 class SSJFPolicy(RankingPolicy):
     name = "ssjf"
+    discard_on_call = True
+    requeue_on_return = True
 
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
         return (predicted_remaining(req), req.queue_time, req.request_id)
+
+
+class SSJFInferceptPolicy(SSJFPolicy):
+    name = "ssjf-infercept"
+    discard_on_call = False
+    requeue_on_return = False

@@ -1,0 +1,279 @@
+"""The main comparison, its ablation and its timing (docs/results-main.md), in one run.
+
+    python benchmarks/main_comparison.py [--parts main,ablation,timing] [--workers 2]
+                                         [--out runs/main-comparison]
+
+- main: the five paper policies and `ssjf-infercept`, Poisson rates 3-6 req/s,
+  1800 s window, seed 0, oracle predictor, on the roofline profile
+  (`opt-13b-h800`) and the calibrated one (`opt-13b-h800-paper`).
+- ablation: on the same streams and both profiles, each change of issue 11
+  reverted alone from the final defaults, for each policy it touches.
+- timing: the 20-point main comparison (five paper policies x rates 3-6,
+  roofline) with the per-iteration sort (`incremental_ranking=false`, before)
+  and with the persistent queues (after), one after the other; wall time and
+  the CPU time of the worker processes; the two must give identical rows.
+
+Writes OUT/{main,ablation,timing}.json, OUT/tables.md (the tables of
+docs/results-main.md) and docs/img/results-main-<profile>.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from augserve.bench.plots import plot_sweep
+from augserve.bench.runner import BenchPoint, Row, default_trace_path, run_points
+
+PROFILES = ("opt-13b-h800", "opt-13b-h800-paper")
+RATES = (3.0, 4.0, 5.0, 6.0)
+PAPER_POLICIES = ("vllm", "infercept", "ssjf", "mars", "augserve")
+POLICIES = ("vllm", "infercept", "ssjf", "ssjf-infercept", "mars", "augserve")
+WINDOW = 1800.0
+ROOT = Path(__file__).resolve().parent.parent
+
+# change -> (policies it touches, the override that reverts it alone)
+ABLATION: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], ...] = (
+    ("1. beta_high 1.0 (revert: 2.0)", ("augserve",), (("beta_high", "2.0"),)),
+    ("1. cost of the remaining segment (revert: fixed per segment)", ("augserve",),
+     (("segment_cost", "true"),)),
+    ("3. V2 block triangle (revert: decode triangle)", ("mars",),
+     (("mars_block_triangle", "false"),)),
+    ("3. after = interval + returned (revert: interval)", ("mars",),
+     (("mars_after_returned", "false"),)),
+    ("3. swap rate 2 blocks/s (revert: the profile's host link)", ("mars",),
+     (("mars_swap_rate", "none"),)),
+    ("3. quantum 100,000 (revert: 10)", ("mars",), (("mars_quantum", "10"),)),
+    ("3. boost ahead of waiting only (revert: of running too)", ("mars",),
+     (("mars_boost_running", "true"),)),
+    ("4. re-evaluated paused policy (revert: chosen once)",
+     ("infercept", "ssjf-infercept", "mars", "augserve"), (("reevaluate_paused", "false"),)),
+    ("1+4. AugServe before issue 11 (all three reverted)", ("augserve",),
+     (("beta_high", "2.0"), ("segment_cost", "true"), ("reevaluate_paused", "false"))),
+)  # fmt: skip
+# Paper section 8: AugServe vs each baseline (geomean goodput ratio, TTFT, norm. latency)
+PAPER = {
+    "vllm": ("6.5x (fig. 7: 7.5x)", "-95.6%", "-77.8%"),
+    "infercept": ("4.7x (fig. 7: 5.7x)", "-96.0%", "-72.8%"),
+    "ssjf": ("1.9x (fig. 7)", "-92.5%", "-36.5%"),
+    "ssjf-infercept": ("(not run)", "-", "-"),
+    "mars": ("3.07x (D.6)", "-", "-"),
+}
+
+
+def points(
+    policies: Iterable[str], profile: str, overrides: tuple[tuple[str, str], ...] = ()
+) -> list[BenchPoint]:
+    trace = str(default_trace_path())
+    return [
+        BenchPoint(p, r, trace=trace, profile=profile, window=WINDOW, overrides=overrides)
+        for p in policies
+        for r in RATES
+    ]
+
+
+def timed_run(pts: Sequence[BenchPoint], workers: int) -> tuple[list[Row], float, float]:
+    """Rows, wall seconds and CPU seconds of the worker processes (reaped at the end)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    rows = run_points(pts, workers=workers, progress=False)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return rows, wall, cpu
+
+
+# --- tables ---------------------------------------------------------------------------
+def _f(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _geomean(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _by(rows: Iterable[Row]) -> dict[tuple[str, str, float], Row]:
+    return {(r["profile"], r["policy"], float(r["rate"])): r for r in rows}
+
+
+def main_table(rows: Sequence[Row], profile: str) -> str:
+    out = [
+        "| policy | rate | goodput | SLO att. | TTFT mean | TTFT p99 | norm. lat. mean "
+        "| norm. lat. p95 | finished | sched ms/iter |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    by = _by(rows)
+    for p in POLICIES:
+        for rate in RATES:
+            r = by.get((profile, p, rate))
+            if r is None:
+                continue
+            out.append(
+                f"| {p} | {rate:g} | {_f(r['goodput'], '.3f')} | {_f(r['slo_attainment'], '.3f')}"
+                f" | {_f(r['ttft_mean'], '.2f')} | {_f(r.get('ttft_p99'), '.1f')}"
+                f" | {_f(r['norm_latency_mean'], '.4f')} | {_f(r.get('norm_latency_p95'), '.4f')}"
+                f" | {_f(r.get('finished_share'), '.3f')}"
+                f" | {_f(r.get('sched_ms_per_iter'), '.3f')} |"
+            )
+    return "\n".join(out)
+
+
+def _ratio(mine: Sequence[float | None], base: Sequence[float | None]) -> float | None:
+    return _geomean([m / b for m, b in zip(mine, base, strict=True) if m and b])
+
+
+def ratio_table(rows: Sequence[Row], profile: str) -> str:
+    """AugServe over each baseline: geomean over the rates of the goodput ratio, and the
+    geomean TTFT / normalized-latency ratio minus 1 (the paper's "geometric mean
+    reductions")."""
+    by = _by(rows)
+    out = [
+        "| augserve vs | goodput (geomean) | per rate | TTFT | norm. lat. "
+        "| paper: goodput | paper: TTFT | paper: norm. lat. |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    mine = [by[(profile, "augserve", r)] for r in RATES]
+    for base in POLICIES:
+        if base == "augserve":
+            continue
+        theirs = [by[(profile, base, r)] for r in RATES]
+        good = _ratio([m["goodput"] for m in mine], [t["goodput"] for t in theirs])
+        per = ", ".join(
+            f"{r:g}: {m['goodput'] / t['goodput']:.2f}x" if t["goodput"] else f"{r:g}: inf"
+            for r, m, t in zip(RATES, mine, theirs, strict=True)
+        )
+        cells = []
+        for key in ("ttft_mean", "norm_latency_mean"):
+            g = _ratio([m[key] for m in mine], [t[key] for t in theirs])
+            cells.append("-" if g is None else f"{100 * (g - 1):+.1f}%")
+        paper = PAPER[base]
+        out.append(
+            f"| {base} | {_f(good, '.2f')}x | {per} | {cells[0]} | {cells[1]} "
+            f"| {paper[0]} | {paper[1]} | {paper[2]} |"
+        )
+    return "\n".join(out)
+
+
+def ablation_table(main: Sequence[Row], ablation: Sequence[Row], profile: str) -> str:
+    by = _by(main)
+    out = [
+        "| change (reverted alone) | policy | goodput 3 / 4 / 5 / 6 req/s (final -> reverted) "
+        "| geomean effect of the change |",
+        "|---|---|---|---|",
+    ]
+    for label, policies, over in ABLATION:
+        tag = ",".join(f"{k}={v}" for k, v in over)
+        rev = {
+            (r["policy"], float(r["rate"])): r
+            for r in ablation
+            if r["profile"] == profile and r.get("overrides") == tag
+        }
+        for p in policies:
+            final = [by[(profile, p, rate)]["goodput"] for rate in RATES]
+            back = [rev[(p, rate)]["goodput"] for rate in RATES if (p, rate) in rev]
+            if len(back) != len(RATES):
+                continue
+            cells = " / ".join(f"{f:.2f} -> {b:.2f}" for f, b in zip(final, back, strict=True))
+            g = _ratio(final, back)
+            out.append(f"| {label} | {p} | {cells} | {_f(g, '.2f')}x |")
+    # change 2: ssjf (vLLM's handling) against ssjf-infercept, already in the main table
+    ssjf = [by[(profile, "ssjf", r)]["goodput"] for r in RATES]
+    inf = [by[(profile, "ssjf-infercept", r)]["goodput"] for r in RATES]
+    cells = " / ".join(f"{a:.2f} -> {b:.2f}" for a, b in zip(ssjf, inf, strict=True))
+    out.append(
+        f"| 2. ssjf with vLLM's call handling (revert: INFERCEPT's, `ssjf-infercept`) | ssjf "
+        f"| {cells} | {_f(_ratio(ssjf, inf), '.2f')}x |"
+    )
+    return "\n".join(out)
+
+
+METRICS = ("goodput", "slo_attainment", "ttft_mean", "norm_latency_mean", "iterations")
+
+
+def timing_table(timing: dict[str, Any]) -> str:
+    b, a = timing["before"], timing["after"]
+    same = all(
+        x.get(m) == y.get(m) for x, y in zip(b["rows"], a["rows"], strict=True) for m in METRICS
+    )
+    return "\n".join(
+        [
+            "| ranking | points | wall s | CPU s (workers) | identical rows |",
+            "|---|---|---|---|---|",
+            f"| before: sort every iteration | {len(b['rows'])} | {b['wall']:.0f} "
+            f"| {b['cpu']:.0f} | - |",
+            f"| after: persistent queues, kinetic heap | {len(a['rows'])} | {a['wall']:.0f} "
+            f"| {a['cpu']:.0f} | {'yes' if same else 'NO'} |",
+            f"| after / before | | {a['wall'] / b['wall']:.2f} | {a['cpu'] / b['cpu']:.2f} | |",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", default="main,ablation,timing")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "main-comparison")
+    args = ap.parse_args(argv)
+    parts = set(args.parts.split(","))
+    args.out.mkdir(parents=True, exist_ok=True)
+    if "timing" in parts:
+        timing: dict[str, Any] = {}
+        pts = points(PAPER_POLICIES, PROFILES[0])
+        for name, flag in (("before", "false"), ("after", "true")):
+            tagged = [
+                BenchPoint(**{**p.key(), "overrides": (("incremental_ranking", flag),)})
+                for p in pts
+            ]
+            rows, wall, cpu = timed_run(tagged, args.workers)
+            timing[name] = {"rows": rows, "wall": wall, "cpu": cpu}
+            print(f"timing {name}: {wall:.0f} s wall, {cpu:.0f} s CPU", flush=True)
+        (args.out / "timing.json").write_text(json.dumps(timing, indent=1, default=str))
+    if "main" in parts:
+        pts = [pt for prof in PROFILES for pt in points(POLICIES, prof)]
+        rows, wall, cpu = timed_run(pts, args.workers)
+        (args.out / "main.json").write_text(json.dumps(rows, indent=1, default=str))
+        print(f"main: {len(pts)} points, {wall:.0f} s wall, {cpu:.0f} s CPU", flush=True)
+    if "ablation" in parts:
+        pts = [
+            pt
+            for prof in PROFILES
+            for _, policies, over in ABLATION
+            for pt in points(policies, prof, over)
+        ]
+        rows, wall, cpu = timed_run(pts, args.workers)
+        (args.out / "ablation.json").write_text(json.dumps(rows, indent=1, default=str))
+        print(f"ablation: {len(pts)} points, {wall:.0f} s wall, {cpu:.0f} s CPU", flush=True)
+    write_tables(args.out)
+    return 0
+
+
+def write_tables(out: Path) -> None:
+    def load(name: str) -> Any:
+        path = out / f"{name}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    main, ablation, timing = load("main"), load("ablation"), load("timing")
+    text = []
+    for prof in PROFILES:
+        if main:
+            text += [f"## {prof}", "", main_table(main, prof), "", ratio_table(main, prof), ""]
+            img = ROOT / "docs" / "img" / f"results-main-{prof}.png"
+            plot_sweep([r for r in main if r["profile"] == prof], img, title=prof)
+        if main and ablation:
+            text += [f"### ablation, {prof}", "", ablation_table(main, ablation, prof), ""]
+    if timing:
+        text += ["## timing", "", timing_table(timing), ""]
+    (out / "tables.md").write_text("\n".join(text))
+    print(f"wrote {out / 'tables.md'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
