@@ -28,7 +28,7 @@ from augserve.core.request import (
     RequestStatus,
 )
 from augserve.sched.budget import dynamic_token_budget
-from augserve.sched.context_policy import choose_context_policy, choose_from_terms, swap_waste
+from augserve.sched.context_policy import choose_context_policy
 from augserve.sched.kv_manager import KVManager
 from augserve.sched.memory import MemoryManager
 from augserve.sched.output import (
@@ -43,6 +43,7 @@ from augserve.sched.output import (
 from augserve.sched.packing import Packer, pack_batch
 from augserve.sched.policies import make_policy, uses_dynamic_budget
 from augserve.sched.ranking import RankQueue
+from augserve.sched.replan import Replanner
 
 
 class Scheduler:
@@ -70,12 +71,13 @@ class Scheduler:
         self._update = SchedulerUpdate()
         self._running_tokens = 0
         self._running_batch = 0
-        self._reevaluate = (
+        self._replanner: Replanner | None = None  # INFERCEPT's per-iteration re-choice
+        if (
             config.reevaluate_paused
             and not self.policy.discard_on_call
             and config.forced_context_policy is None
-        )
-        self._waste_parts: dict[str, tuple[int, float, float | None]] = {}
+        ):
+            self._replanner = Replanner(self.memory, latency, config.block_size)
         self._last_budget = config.max_batch_tokens
         self.iteration = 0
         self.capacity_tokens = config.num_device_blocks * config.block_size
@@ -196,8 +198,8 @@ class Scheduler:
         out = SchedulerOutput(now=now)
         self.memory.kv.begin(out)
         self._count_running()
-        if self._reevaluate:
-            self._reevaluate_paused(now)
+        if self._replanner is not None:
+            self._replanner.run(now, self._running_tokens)
         if not self.config.lazy_eviction:
             self.memory.evict_all_reclaimable()
         out.token_budget = self._last_budget = self.token_budget()
@@ -249,25 +251,9 @@ class Scheduler:
                 batch += r.num_tokens - r.num_computed_tokens
         self._running_tokens, self._running_batch = tokens, batch
 
-    def _reevaluate_paused(self, now: float) -> None:
-        """INFERCEPT (WukLab/InferCept, `_schedule_chunk_and_fill`): every iteration the
-        context policy of each paused request still holding device KV is chosen again,
-        with the call's remaining predicted time and the current L_other."""
-        other, parts = self._running_tokens, self._waste_parts
-        bs, memory = self.config.block_size, self.memory
-        for rid, req in memory.in_call.items():
-            ctx = len(req.block_ids) * bs if req.host_block_ids else req.num_tokens
-            part = parts.get(rid)
-            if part is None or part[0] != ctx:
-                part = parts[rid] = self._waste_terms(ctx)
-            left = req.calls[-1].start + (req.pred_call_time or 0.0) - now
-            policy = choose_from_terms(ctx, left if left > 0.0 else 0.0, other, part[1], part[2])
-            if policy is not req.context_policy:
-                memory.replan(req, policy)
-
-    def _waste_terms(self, ctx: int) -> tuple[int, float, float | None]:
-        swap = swap_waste(ctx, self.latency) if self.pool.num_host_blocks > 0 else None
-        return ctx, self.latency.prefill_time(ctx), swap
+    def _forget_plan(self, request_id: str) -> None:
+        if self._replanner is not None:
+            self._replanner.forget(request_id)
 
     # --- executor reports --------------------------------------------------------------
     def update_from_output(
@@ -342,7 +328,7 @@ class Scheduler:
         if token_ids is not None and len(token_ids) != num_returned:
             raise ValueError(f"resume {request_id!r}: {len(token_ids)} ids for {num_returned}")
         self.memory.release(req)
-        self._waste_parts.pop(request_id, None)
+        self._forget_plan(request_id)
         call = req.calls[-1]
         call.end = now
         call.returned_tokens = req.append_returned(num_returned, token_ids)
@@ -377,7 +363,7 @@ class Scheduler:
         self.memory.free(req)
         self._drop_runnable(req)
         self._paused.pop(req.request_id, None)
-        self._waste_parts.pop(req.request_id, None)
+        self._forget_plan(req.request_id)
         req.status = reason.status
         req.finish_reason = reason
         req.finish_time = now

@@ -1,0 +1,46 @@
+"""INFERCEPT's re-evaluation of paused requests' context policies (PAPER.md section 6).
+
+WukLab/InferCept (`_schedule_chunk_and_fill`) chooses again, every iteration,
+the context policy of each paused request whose KV is still on device, with
+the call's remaining predicted time and the current L_other. A change of plan
+only moves the request in or out of the reclaimable set (lazy eviction does
+the rest). The parts of the waste that depend on the context alone are cached
+per request until its context changes (a partial swap-out).
+"""
+
+from __future__ import annotations
+
+from augserve.core.latency import LatencyModel
+from augserve.sched.context_policy import choose_from_terms, swap_waste
+from augserve.sched.memory import MemoryManager
+
+
+class Replanner:
+    def __init__(self, memory: MemoryManager, latency: LatencyModel, block_size: int) -> None:
+        self.memory = memory
+        self.latency = latency
+        self.block_size = block_size
+        self.allow_swap = memory.pool.num_host_blocks > 0
+        self._parts: dict[str, tuple[int, float, float | None]] = {}  # ctx, tau_fwd, Waste_S
+
+    def run(self, now: float, other_tokens: int) -> None:
+        """Choose again the policy of every paused request holding device KV."""
+        parts, bs, memory = self._parts, self.block_size, self.memory
+        for rid, req in memory.in_call.items():
+            ctx = len(req.block_ids) * bs if req.host_block_ids else req.num_tokens
+            part = parts.get(rid)
+            if part is None or part[0] != ctx:
+                part = parts[rid] = self._terms(ctx)
+            left = req.calls[-1].start + (req.pred_call_time or 0.0) - now
+            left = left if left > 0.0 else 0.0
+            policy = choose_from_terms(ctx, left, other_tokens, part[1], part[2])
+            if policy is not req.context_policy:
+                memory.replan(req, policy)
+
+    def forget(self, request_id: str) -> None:
+        """The request left its call."""
+        self._parts.pop(request_id, None)
+
+    def _terms(self, ctx: int) -> tuple[int, float, float | None]:
+        swap = swap_waste(ctx, self.latency) if self.allow_swap else None
+        return ctx, self.latency.prefill_time(ctx), swap
