@@ -12,6 +12,12 @@
   the returned tokens as a new request in the same session (`session_id`), so the
   server's prefix cache can reuse it, as users run vLLM. `extra_body(req, k)` adds
   server-specific fields (`vllm_extras` passes our plan for the oracle predictor).
+- `replay_scripted`: the same workload against `augserve serve --allow-scripted-tools`:
+  each request is sent once with its plan (`augserve_segments`); the server
+  generates each segment, pauses the request for its call (KV preserved, swapped
+  or discarded as its policy decides) and goes on. TTFT and finish are measured on
+  the client as for `replay`; the calls' times come from the server's
+  `augserve_timing`.
 - `summarize`: `augserve.core.metrics` over the replay's records under one SLO.
 - `ManagedServer`: a server process in its own process group, stopped by its id
   with its port freed, every wait bounded.
@@ -220,6 +226,95 @@ async def replay(
             asyncio.create_task(run_request(client, model, r, t0, extra_body, errors))
             for r in workload
         ]
+        _, pending = await asyncio.wait(tasks, timeout=deadline)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        pairs = zip(workload, tasks, strict=True)
+        return Replay([_record(r) if t.cancelled() else t.result() for r, t in pairs], errors)
+
+
+def scripted_plan(req: ToolRequest) -> list[dict[str, Any]]:
+    """The request's segments as an `augserve_segments` plan."""
+    plan: list[dict[str, Any]] = []
+    for k, s in enumerate(req.segments):
+        seg: dict[str, Any] = {"output_len": s.output_len}
+        if k + 1 < len(req.segments):  # every segment but the last ends in a call
+            seg["call_time"] = s.call_time or 0.0
+            seg["return_len"] = s.return_len
+        plan.append(seg)
+    return plan
+
+
+async def run_scripted(
+    client: httpx.AsyncClient, model: str, req: ToolRequest, t0: float, errors: dict[str, str]
+) -> Request:
+    """Replay one request as a single scripted completion; its record (times after t0)."""
+    rec = _record(req)
+    try:
+        await asyncio.sleep(max(0.0, t0 + req.arrival - time.monotonic()))
+        sent = time.monotonic() - t0
+        extra = {"augserve_segments": scripted_plan(req)}
+        turn, timing = await _scripted_turn(client, model, list(req.prompt_ids), extra)
+        want = sum(s.output_len for s in req.segments)
+        if len(turn.tokens) != want or timing is None:
+            raise RuntimeError(f"planned {want} tokens, got {len(turn.tokens)} (timing: {timing})")
+        rec.first_token_time = None if turn.first is None else turn.first - t0
+        rec.num_generated_tokens = len(turn.tokens)
+        rec.calls = [
+            CallRecord(sent + c["start"], sent + c["end"], c["returned_tokens"])
+            for c in timing["calls"]
+        ]
+        rec.finish_time = (turn.end or time.monotonic()) - t0
+        rec.status = RequestStatus.FINISHED_STOPPED
+    except asyncio.CancelledError:
+        rec.status, rec.finish_time = RequestStatus.FINISHED_ABORTED, None
+    except (httpx.HTTPError, RuntimeError) as exc:
+        rec.status, rec.finish_time = RequestStatus.FINISHED_ERROR, None
+        errors[req.request_id] = f"{type(exc).__name__}: {exc}"
+    return rec
+
+
+async def _scripted_turn(
+    client: httpx.AsyncClient, model: str, ctx: list[int], extra: dict[str, Any]
+) -> tuple[Turn, dict[str, Any] | None]:
+    """A streamed scripted completion: its generated ids and the final `augserve_timing`."""
+    body = {"model": model, "prompt": ctx, "temperature": 0.0, "stream": True,
+            "return_token_ids": True, **extra}  # fmt: skip
+    turn, timing = Turn(), None
+    async with client.stream("POST", "/v1/completions", json=body) as resp:
+        if resp.status_code != 200:
+            text = (await resp.aread()).decode(errors="replace")[:300]
+            raise RuntimeError(f"HTTP {resp.status_code}: {text}")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise RuntimeError(f"server error: {str(chunk['error'])[:300]}")
+            for choice in chunk.get("choices") or []:
+                ids = choice.get("token_ids") or []
+                if ids and turn.first is None:
+                    turn.first = time.monotonic()
+                turn.tokens.extend(ids)
+                timing = choice.get("augserve_timing", timing)
+    turn.end = time.monotonic()
+    return turn, timing
+
+
+async def replay_scripted(
+    base_url: str, model: str, workload: Sequence[ToolRequest], deadline: float,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Replay:  # fmt: skip
+    """`replay` against augserve's scripted plans: the calls run on the server."""
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
+    timeout = httpx.Timeout(deadline, connect=30.0)
+    errors: dict[str, str] = {}
+    async with httpx.AsyncClient(
+        base_url=base_url, timeout=timeout, limits=limits, transport=transport
+    ) as client:
+        t0 = time.monotonic()
+        tasks = [asyncio.create_task(run_scripted(client, model, r, t0, errors)) for r in workload]
         _, pending = await asyncio.wait(tasks, timeout=deadline)
         for task in pending:
             task.cancel()

@@ -150,3 +150,29 @@ def test_the_cli_flag_turns_plans_on() -> None:
 
     assert build_parser().parse_args(["serve"]).allow_scripted_tools is False
     assert build_parser().parse_args(["serve", "--allow-scripted-tools"]).allow_scripted_tools
+
+
+def test_the_benchmark_replay_runs_a_tool_workload_on_the_server(scripted: LiveServer) -> None:
+    """benchmarks/vs_vllm/tool_workload.replay_scripted: each request's plan runs on the
+    server; its record has the planned tokens and calls, with the planned durations."""
+    import asyncio
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "vs_vllm"))
+    import tool_workload as tw
+
+    scale = tw.Scale(length=0.05, time=0.02, max_context=200)
+    work = tw.build_workload(3.0, 2.0, seed=1, scale=scale, vocab=500)
+    assert len(work) >= 2 and any(len(r.segments) > 1 for r in work)
+    out = asyncio.run(tw.replay_scripted(scripted.url, MODEL, work, deadline=60.0))
+    assert out.errors == {}
+    for req, rec in zip(work, out.records, strict=True):
+        assert rec.num_generated_tokens == sum(s.output_len for s in req.segments)
+        calls = list(req.segments[:-1])
+        assert len(rec.calls) == len(calls)
+        for c, s in zip(rec.calls, calls, strict=True):
+            assert c.returned_tokens == s.return_len
+            assert c.end - c.start == pytest.approx(s.call_time, abs=0.25)
+        assert rec.arrival_time <= rec.first_token_time <= rec.finish_time
+        assert rec.finish_time >= rec.arrival_time + rec.call_time_total
+    scripted.wait_idle()

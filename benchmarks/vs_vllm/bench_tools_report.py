@@ -1,0 +1,85 @@
+"""Rows, the table and the target check of bench_tools.py (no server, no vLLM import)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tool_workload import Replay, summarize
+
+from augserve.core.metrics import SLOConfig
+
+PAPER_POLICY = "augserve:augserve"
+TARGET = 3.0
+
+
+def row_for(
+    rate: float, name: str, result: Replay, slo: SLOConfig, args: argparse.Namespace, load: float
+) -> dict[str, Any]:
+    """One (rate, engine) point: `augserve.core.metrics` over the window of arrivals plus
+    drain; goodput is per second of arrivals (requests that met the SLO / duration)."""
+    m = summarize(result.records, slo, args.duration + args.drain).to_dict()
+    m["goodput_per_arrival_s"] = m["num_met_slo"] / args.duration
+    errors = sorted(set(result.errors.values()))[:3]
+    print(f"rate {rate:g} {name}: goodput {m['goodput_per_arrival_s']:.3f} req/s, attainment "
+          f"{m['slo_attainment']:.0%}, finished {m['num_finished']}/{m['num_requests']}, "
+          f"load {load:.1f}{'; errors: ' + errors[0] if errors else ''}", flush=True)  # fmt: skip
+    return {"rate": rate, "engine": name, "load_avg_1min": load, "metrics": m, "errors": errors}
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| rate (req/s) | engine:policy | goodput (req/s) | SLO att. | TTFT mean / p99 (s) | "
+            "norm. lat. mean / p99 (s/tok) | throughput (tok/s) | finished | load |")  # fmt: skip
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["rate"], r["engine"] != "vllm", r["engine"])):
+        m = r["metrics"]
+        lines.append(
+            f"| {r['rate']:g} | {r['engine']} | {m['goodput_per_arrival_s']:.3f} | "
+            f"{m['slo_attainment']:.0%} | {fmt(m['ttft_mean'])} / {fmt(m['ttft_p99'])} | "
+            f"{fmt(m['norm_latency_mean'], 3)} / {fmt(m['norm_latency_p99'], 3)} | "
+            f"{m['throughput_tps']:.1f} | {m['num_finished']}/{m['num_requests']} | "
+            f"{r['load_avg_1min']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def target(rows: list[dict[str, Any]]) -> str:
+    """The check: the paper policy's goodput / vLLM's at the lowest rate where vLLM's
+    SLO attainment is below 50%."""
+    by = {(r["rate"], r["engine"]): r["metrics"] for r in rows}
+    rates = sorted({r["rate"] for r in rows})
+    low = [x for x in rates if (x, "vllm") in by and by[(x, "vllm")]["slo_attainment"] < 0.5]
+    if not low:
+        return "target not testable: vLLM met the SLO for >= 50% of requests at every rate"
+    rate = low[0]
+    ours = by.get((rate, PAPER_POLICY))
+    if ours is None:
+        return f"target not testable: no {PAPER_POLICY} row at rate {rate:g}"
+    v, a = by[(rate, "vllm")]["goodput_per_arrival_s"], ours["goodput_per_arrival_s"]
+    ratio = a / v if v > 0 else float("inf")
+    verdict = "MET" if ratio >= TARGET else "MISSED"
+    return (f"target ({PAPER_POLICY} >= {TARGET:g}x vLLM's goodput where vLLM's attainment "
+            f"< 50%): at {rate:g} req/s vLLM {v:.3f} req/s "
+            f"({by[(rate, 'vllm')]['slo_attainment']:.0%}), augserve {a:.3f} req/s "
+            f"({ours['slo_attainment']:.0%}): {ratio:.2f}x, {verdict}")  # fmt: skip
+
+
+def report(result: dict[str, Any]) -> str:
+    v, a = result["vllm"], result["augserve"]
+    speed = (
+        f"batch-1 decode: vLLM {v['iteration_s'] * 1e3:.1f} ms, augserve "
+        f"{a['iteration_s'] * 1e3:.1f} ms; 256-token prefill: vLLM "
+        f"{v['prefill_256_s'] * 1e3:.0f} ms, augserve {a['prefill_256_s'] * 1e3:.0f} ms"
+    )
+    return "\n".join([table(result["rows"]), "", result["slo_text"], speed, target(result["rows"])])
+
+
+if __name__ == "__main__":  # re-print a results file: bench_tools_report.py results.json
+    print(report(json.loads(Path(sys.argv[1]).read_text())))
