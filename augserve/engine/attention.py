@@ -6,9 +6,11 @@ cache slots (`slot_mapping`), then attends:
 
 - decodes: all sequences at once, reading K/V in place through the block table,
   block by block (`decode_paged`); no padded copy of the context is made once
-  the kernel is compiled (`set_compiled(True)`: inductor fuses the block-table
-  indexing into the score and value reductions). `decode_reference` is the
-  plain gather-then-attend version the tests compare against.
+  the kernel is compiled (`build_metadata(..., compiled=True)`, or traced into
+  the runner's whole-model decode graph): inductor fuses the block-table
+  indexing into the score and value reductions. `decode_reference` is the plain
+  gather-then-attend version the tests compare against. On CUDA with fp16/bf16,
+  flash-attn's paged kernel when it is installed (UNTESTED: no GPU so far).
 - a fresh prompt chunk (start_pos 0): causal SDPA over its own new K/V.
 - a later chunk (start_pos > 0): its context is gathered once and shared by all
   its queries (the gather is amortised over the chunk), then SDPA with a mask.

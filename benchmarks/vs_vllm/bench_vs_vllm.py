@@ -189,7 +189,9 @@ def report(res: dict[str, dict[str, list[Any]]], head: dict[str, Any]) -> dict[s
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", default=None, help="model dir (default: make-model --preset 100m)")
+    p.add_argument(
+        "--model", default=None, help="model dir (default: make-model --preset 100m --untied)"
+    )
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--hf-workloads", default="b16", help="workloads HF runs (slow)")
@@ -206,11 +208,13 @@ def main() -> None:
         if w not in WORKLOADS:
             p.error(f"unknown workload {w!r} (choose from {', '.join(WORKLOADS)})")
     if a.model is None:
-        a.model = str(ROOT / "runs" / "vs_vllm" / "llama-100m")
+        # untied: a tied random model only repeats the last prompt token, so the
+        # greedy-id agreement between engines would prove nothing
+        a.model = str(ROOT / "runs" / "vs_vllm" / "llama-100m-untied")
         if not (Path(a.model) / "config.json").exists():
             from augserve.engine.make_model import make_model
 
-            make_model("llama", "100m", a.model)
+            make_model("llama", "100m", a.model, untied=True)
     head = header(a)
     logs = Path(a.out).parent if a.out else ROOT / "runs" / "vs_vllm"
     logs.mkdir(parents=True, exist_ok=True)
