@@ -14,7 +14,7 @@
   the CPU time of the worker processes; the two must give identical rows.
 
 Writes OUT/{main,ablation,timing}.json, OUT/tables.md (the tables of
-docs/results-main.md) and docs/img/results-main-<profile>.png.
+docs/results-main.md) and OUT/results-main-<profile>.png (copied to docs/img).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from augserve.bench.plots import plot_sweep
-from augserve.bench.runner import BenchPoint, Row, default_trace_path, run_points
+from augserve.bench.pool import run_points
+from augserve.bench.runner import BenchPoint, Row, default_trace_path
 
 PROFILES = ("opt-13b-h800", "opt-13b-h800-paper")
 RATES = (3.0, 4.0, 5.0, 6.0)
@@ -69,25 +70,44 @@ PAPER = {
 
 
 def points(
-    policies: Iterable[str], profile: str, overrides: tuple[tuple[str, str], ...] = ()
+    policies: Iterable[str],
+    profile: str,
+    overrides: tuple[tuple[str, str], ...] = (),
+    rates: Sequence[float] = RATES,
 ) -> list[BenchPoint]:
     trace = str(default_trace_path())
     return [
         BenchPoint(p, r, trace=trace, profile=profile, window=WINDOW, overrides=overrides)
         for p in policies
-        for r in RATES
+        for r in rates
     ]
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and its reaped children (the pool's workers)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        use = resource.getrusage(who)
+        total += use.ru_utime + use.ru_stime
+    return total
+
+
 def timed_run(pts: Sequence[BenchPoint], workers: int) -> tuple[list[Row], float, float]:
-    """Rows, wall seconds and CPU seconds of the worker processes (reaped at the end)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    rows = run_points(pts, workers=workers, progress=False)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return rows, wall, cpu
+    """Rows, wall seconds and CPU seconds (workers are reaped at the end of the run);
+    each point is logged as it finishes."""
+
+    def log(i: int, rows: list[Row]) -> None:
+        r, p = rows[0], pts[i]
+        tag = ",".join(f"{k}={v}" for k, v in p.overrides)
+        print(
+            f"  {p.profile} {p.policy} {p.rate:g} {tag}: goodput {r['goodput']:.3f}"
+            f" ({r['sim_cpu_s']:.0f} s CPU)",
+            flush=True,
+        )
+
+    c0, t0 = _cpu_s(), time.perf_counter()
+    rows = run_points(pts, workers=workers, progress=False, on_result=log)
+    return rows, time.perf_counter() - t0, _cpu_s() - c0
 
 
 # --- tables ---------------------------------------------------------------------------
@@ -163,10 +183,12 @@ def ratio_table(rows: Sequence[Row], profile: str) -> str:
 
 
 def ablation_table(main: Sequence[Row], ablation: Sequence[Row], profile: str) -> str:
+    """Each change reverted alone, at the rates the ablation ran (a subset of RATES)."""
     by = _by(main)
+    rates = sorted({float(r["rate"]) for r in ablation if r["profile"] == profile})
     out = [
-        "| change (reverted alone) | policy | goodput 3 / 4 / 5 / 6 req/s (final -> reverted) "
-        "| geomean effect of the change |",
+        f"| change (reverted alone) | policy | goodput at {' / '.join(f'{r:g}' for r in rates)}"
+        " req/s (final -> reverted) | geomean effect of the change |",
         "|---|---|---|---|",
     ]
     for label, policies, over in ABLATION:
@@ -177,16 +199,16 @@ def ablation_table(main: Sequence[Row], ablation: Sequence[Row], profile: str) -
             if r["profile"] == profile and r.get("overrides") == tag
         }
         for p in policies:
-            final = [by[(profile, p, rate)]["goodput"] for rate in RATES]
-            back = [rev[(p, rate)]["goodput"] for rate in RATES if (p, rate) in rev]
-            if len(back) != len(RATES):
+            if not all((p, rate) in rev for rate in rates):
                 continue
+            final = [by[(profile, p, rate)]["goodput"] for rate in rates]
+            back = [rev[(p, rate)]["goodput"] for rate in rates]
             cells = " / ".join(f"{f:.2f} -> {b:.2f}" for f, b in zip(final, back, strict=True))
             g = _ratio(final, back)
             out.append(f"| {label} | {p} | {cells} | {_f(g, '.2f')}x |")
     # change 2: ssjf (vLLM's handling) against ssjf-infercept, already in the main table
-    ssjf = [by[(profile, "ssjf", r)]["goodput"] for r in RATES]
-    inf = [by[(profile, "ssjf-infercept", r)]["goodput"] for r in RATES]
+    ssjf = [by[(profile, "ssjf", r)]["goodput"] for r in rates]
+    inf = [by[(profile, "ssjf-infercept", r)]["goodput"] for r in rates]
     cells = " / ".join(f"{a:.2f} -> {b:.2f}" for a, b in zip(ssjf, inf, strict=True))
     out.append(
         f"| 2. ssjf with vLLM's call handling (revert: INFERCEPT's, `ssjf-infercept`) | ssjf "
@@ -221,7 +243,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--parts", default="main,ablation,timing")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "main-comparison")
+    ap.add_argument("--window", type=float, default=WINDOW, help="seconds (smoke tests)")
+    ap.add_argument("--ablation-profiles", default=",".join(PROFILES))
+    ap.add_argument("--ablation-rates", default=",".join(f"{r:g}" for r in RATES))
     args = ap.parse_args(argv)
+    _set_window(args.window)
     parts = set(args.parts.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
     if "timing" in parts:
@@ -242,17 +268,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.out / "main.json").write_text(json.dumps(rows, indent=1, default=str))
         print(f"main: {len(pts)} points, {wall:.0f} s wall, {cpu:.0f} s CPU", flush=True)
     if "ablation" in parts:
+        rates = [float(r) for r in args.ablation_rates.split(",")]
         pts = [
             pt
-            for prof in PROFILES
+            for prof in args.ablation_profiles.split(",")
             for _, policies, over in ABLATION
-            for pt in points(policies, prof, over)
+            for pt in points(policies, prof, over, rates)
         ]
         rows, wall, cpu = timed_run(pts, args.workers)
         (args.out / "ablation.json").write_text(json.dumps(rows, indent=1, default=str))
         print(f"ablation: {len(pts)} points, {wall:.0f} s wall, {cpu:.0f} s CPU", flush=True)
     write_tables(args.out)
     return 0
+
+
+def _set_window(window: float) -> None:
+    global WINDOW
+    WINDOW = window
 
 
 def write_tables(out: Path) -> None:
@@ -265,9 +297,9 @@ def write_tables(out: Path) -> None:
     for prof in PROFILES:
         if main:
             text += [f"## {prof}", "", main_table(main, prof), "", ratio_table(main, prof), ""]
-            img = ROOT / "docs" / "img" / f"results-main-{prof}.png"
+            img = out / f"results-main-{prof}.png"
             plot_sweep([r for r in main if r["profile"] == prof], img, title=prof)
-        if main and ablation:
+        if main and ablation and any(r["profile"] == prof for r in ablation):
             text += [f"### ablation, {prof}", "", ablation_table(main, ablation, prof), ""]
     if timing:
         text += ["## timing", "", timing_table(timing), ""]

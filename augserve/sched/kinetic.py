@@ -5,10 +5,17 @@ time, each request at its own rate, so two waiting requests change order only
 when their lines cross. A kinetic heap (Basch, Guibas and Hershberger's
 kinetic data structures) keeps, for every parent-child pair, the time the
 child overtakes its parent, and swaps them when the clock passes it: the heap
-is exact at every `now`, with work only at crossings. Every comparison uses the
-exact key a sort would use at that time, so rounding in a crossing time can
-only make a certificate fire early (it is then re-checked later), never let an
-inverted pair stand: see `KineticQueue.advance`.
+is exact at every `now`, with work only at crossings.
+
+Exact means: the order a sort by the float keys gives. Every comparison uses
+those keys; a certificate fires early by a bound on the rounding of its
+crossing time and is looked at again until the keys invert; the certificates
+due in one `advance` are replayed in time order (a crossing found late must
+not be decided with keys of a later time while other pairs are still
+pending); and a pair formed by moves at time tau is checked at tau at once
+(lines that never cross, as two of equal cost ordered by queue time and id,
+get no certificate). `tests/sched/test_ranking.py` holds it to a sort,
+nearly parallel lines and simultaneous crossings included.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from collections.abc import Callable
 
 from augserve.core.request import Request
 from augserve.sched.ranking import Key, QueueScan, RankQueue
+
+Event = tuple[float, int, int, "_Line", float, float]  # time, version, seq, line, cross, slack
 
 _ROUNDING = 1e-13  # ~450 ulps: a generous bound on the relative rounding
 
@@ -44,20 +53,24 @@ class KineticQueue(RankQueue):
     with s its last-scheduled time and C its cost (both fixed while it waits),
     the same float expression as `AugServePolicy.key`. A child overtakes its
     parent only if its slope bk / C is larger, at the time the two lines
-    cross; that time is the pair's certificate, kept in an event heap. At
-    `advance(t)` the certificates due by t are checked with the exact keys at t
-    and the inverted pairs swapped (each swap renews the few certificates
-    around it), so the heap is valid at t for the very keys a sort would use.
+    cross; that time, moved earlier by a bound on its rounding, is the pair's
+    certificate, kept in an event heap. `advance(t)` replays the certificates
+    due by t in time order, each at its own time tau (so every other pair is
+    valid at tau and a swap there is a plain heap swap): an inverted pair is
+    swapped and the few certificates around it renewed; a pair not inverted yet
+    (the certificate is early by design) is looked at again at its crossing,
+    at the end of its rounding bound, and at t itself. The heap is then valid at
+    t for the very keys a sort would use.
     """
 
-    _MARGIN = 1e-6  # certificates due within this many seconds are checked early
+    _MARGIN = 1e-6  # seconds: certificates fire at least this early
 
     def __init__(self, bk: float, cost: Callable[[Request], float]) -> None:
         self.bk = bk  # beta per second: beta (per ms) * 1000, as `scheduling_value`
         self.cost = cost
         self._heap: list[_Line] = []
         self._lines: dict[str, _Line] = {}
-        self._events: list[tuple[float, int, int, _Line]] = []  # (time, version, seq, line)
+        self._events: list[Event] = []
         self._seq = 0
         self.now = float("-inf")
         self.swaps = 0  # kinetic events that swapped a pair (statistics)
@@ -72,14 +85,13 @@ class KineticQueue(RankQueue):
     def _key(self, line: _Line, t: float) -> Key:
         return (-((1.0 + self.bk * (t - line.since)) / line.cost), line.qtime, line.rid)
 
-    def _crossing(self, parent: _Line, child: _Line) -> float | None:
-        """When `child` may overtake `parent` (None: never; its line is not steeper).
+    def _crossing(self, parent: _Line, child: _Line) -> tuple[float, float] | None:
+        """When `child` overtakes `parent`, and a bound on the rounding of that time
+        (None: never; its line is not steeper).
 
-        The lines meet at t = (cp sc - cc sp) / (cp - cc) - 1 / bk. The time is
-        moved earlier by a bound on the rounding of both that formula and the float
-        keys the sort compares (a few ulps of each term, over cp - cc, which is exact
-        for close costs), so a certificate never fires after the float keys invert;
-        one that fires before is re-checked at each later `advance` until they do.
+        The lines meet at t = (cp sc - cc sp) / (cp - cc) - 1 / bk. The bound covers
+        both that formula and the float keys the sort compares: a few hundred ulps
+        of each term, over cp - cc (exact for close costs, by Sterbenz's lemma).
         """
         cp, cc, bk = parent.cost, child.cost, self.bk
         if cc >= cp or bk <= 0.0:
@@ -87,23 +99,34 @@ class KineticQueue(RankQueue):
         gap = cp - cc
         when = (cp * child.since - cc * parent.since) / gap - 1.0 / bk
         spread = abs(child.since) + abs(parent.since) + abs(when) + 1.0 / bk
-        return when - self._MARGIN - _ROUNDING * cp * spread / gap
+        return when, self._MARGIN + _ROUNDING * cp * spread / gap
 
-    def _certify(self, pos: int) -> None:
-        """Renew the certificate of the node at `pos` against its parent."""
+    def _certify(self, pos: int, tau: float) -> None:
+        """Renew the certificate of the node at `pos` against its parent, a pair formed
+        or confirmed at `tau`: an event at the earliest time the float keys may invert,
+        or at tau itself if they already are (a pair just formed by moves at tau, with
+        lines that never cross: equal costs, ordered by queue time and id)."""
         if pos <= 0 or pos >= len(self._heap):
             return
-        child = self._heap[pos]
+        heap = self._heap
+        child, parent = heap[pos], heap[(pos - 1) // 2]
         child.cert += 1
-        when = self._crossing(self._heap[(pos - 1) // 2], child)
-        if when is not None:
-            self._seq += 1
-            heapq.heappush(self._events, (when, child.cert, self._seq, child))
+        got = self._crossing(parent, child)
+        early = got[0] - got[1] if got is not None else None
+        if (early is None or early > tau) and self._key(child, tau) < self._key(parent, tau):
+            early = tau
+        if early is not None:
+            cross, slack = got if got is not None else (tau, 0.0)
+            self._push(early, child, cross, slack)
 
-    def _certify_around(self, pos: int) -> None:
-        self._certify(pos)
-        self._certify(2 * pos + 1)
-        self._certify(2 * pos + 2)
+    def _certify_around(self, pos: int, tau: float) -> None:
+        self._certify(pos, tau)
+        self._certify(2 * pos + 1, tau)
+        self._certify(2 * pos + 2, tau)
+
+    def _push(self, time: float, line: _Line, cross: float, slack: float) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (time, line.cert, self._seq, line, cross, slack))
 
     # --- heap moves (at time self.now) ------------------------------------------------
     def _place(self, line: _Line, pos: int) -> None:
@@ -115,9 +138,10 @@ class KineticQueue(RankQueue):
         self._place(b, i)
         self._place(a, j)
 
-    def _sift_up(self, pos: int) -> list[int]:
+    def _sift_up(self, pos: int, t: float) -> list[int]:
+        """Move the line at `pos` up while it beats its parent at `t`; the positions
+        it passed through."""
         moved = [pos]
-        t = self.now
         while pos > 0:
             parent = (pos - 1) // 2
             if self._key(self._heap[pos], t) < self._key(self._heap[parent], t):
@@ -128,9 +152,10 @@ class KineticQueue(RankQueue):
                 break
         return moved
 
-    def _sift_down(self, pos: int) -> list[int]:
+    def _sift_down(self, pos: int, t: float) -> list[int]:
+        """Move the line at `pos` down below the better child while one beats it at `t`."""
         moved = [pos]
-        t, heap, n = self.now, self._heap, len(self._heap)
+        heap, n = self._heap, len(self._heap)
         while True:
             best = pos
             for c in (2 * pos + 1, 2 * pos + 2):
@@ -144,35 +169,35 @@ class KineticQueue(RankQueue):
 
     # --- the queue -----------------------------------------------------------------------
     def advance(self, now: float) -> None:
-        if now <= self.now:
-            return
-        self.now = now
-        events, heap, t = self._events, self._heap, now
-        deferred: list[tuple[float, int, int, _Line]] = []
-        while events and events[0][0] <= t + self._MARGIN:
-            ev = heapq.heappop(events)
-            child = ev[3]
-            pos = child.pos
-            if ev[1] != child.cert or pos <= 0:
+        """Replay the certificates due by `now`, in time order (see the class doc)."""
+        tau, t = self.now, max(now, self.now)
+        self.now = t
+        events = self._events
+        while events and events[0][0] <= t:
+            when, version, _, child, cross, slack = heapq.heappop(events)
+            if version != child.cert or child.pos <= 0:
                 continue  # superseded
-            parent = (pos - 1) // 2
-            top = self._key(heap[parent], t)
-            if self._key(child, t) < top:
-                # the parent goes down below the better of its two children at t (with
-                # ties broken by queue time, both may have passed it together)
-                sibling = 4 * parent + 3 - pos  # the other child of `parent`
-                best = pos
-                if sibling < len(heap) and self._key(heap[sibling], t) < self._key(child, t):
-                    best, sibling = sibling, pos
-                self._swap(best, parent)
-                self.swaps += 1
-                self._certify_around(best)  # the old parent, now below
-                self._certify(parent)  # the best child, now above
-                self._certify(sibling)
-            else:
-                deferred.append(ev)  # due within the margin (or rounding): look again later
-        for ev in deferred:
-            heapq.heappush(events, ev)
+            tau = min(t, max(tau, when))
+            if self._inverted(child, tau):
+                self._swap_up(child.pos, tau)
+            elif slack > 0.0:  # not yet: look again (pairs that never cross are done)
+                self._push(_retry(tau, t, cross, slack), child, cross, slack)
+
+    def _inverted(self, child: _Line, tau: float) -> bool:
+        parent = self._heap[(child.pos - 1) // 2]
+        return self._key(child, tau) < self._key(parent, tau)
+
+    def _swap_up(self, pos: int, tau: float) -> None:
+        """The child at `pos` passed its parent at `tau`: the parent sifts down at tau
+        (below the better of its children, and on), then whatever took its place sifts
+        up at tau (two crossings at the same instant, or lines equal in value and
+        ordered by queue time and id, can leave it ahead of its new parent too)."""
+        parent = (pos - 1) // 2
+        moved = self._sift_down(parent, tau)
+        moved += self._sift_up(parent, tau)[1:]
+        self.swaps += len(moved) - 1
+        for p in moved:
+            self._certify_around(p, tau)
 
     def add(self, req: Request, now: float) -> None:
         self.remove(req)
@@ -181,8 +206,8 @@ class KineticQueue(RankQueue):
         self._lines[line.rid] = line
         self._heap.append(line)
         line.pos = len(self._heap) - 1
-        for pos in self._sift_up(line.pos):
-            self._certify_around(pos)
+        for pos in self._sift_up(line.pos, self.now):
+            self._certify_around(pos, self.now)
 
     def remove(self, req: Request) -> None:
         line = self._lines.pop(req.request_id, None)
@@ -194,11 +219,11 @@ class KineticQueue(RankQueue):
         if last is line:
             return
         self._place(last, pos)
-        moved = self._sift_up(pos)
+        moved = self._sift_up(pos, self.now)
         if len(moved) == 1:
-            moved = self._sift_down(pos)
+            moved = self._sift_down(pos, self.now)
         for p in moved:
-            self._certify_around(p)
+            self._certify_around(p, self.now)
 
     def scan(self, now: float) -> QueueScan:
         self.advance(now)
@@ -212,6 +237,19 @@ class KineticQueue(RankQueue):
             parent = self._heap[(pos - 1) // 2]
             assert self._key(parent, t) < self._key(self._heap[pos], t), f"inverted at {pos}"
             assert self._heap[pos].pos == pos
+
+
+def _retry(tau: float, t: float, cross: float, slack: float) -> float:
+    """When to look again at a pair not inverted at `tau`: at its computed crossing,
+    then at the end of the rounding bound, then ever later; and at `t` (the time
+    being advanced to) before anything later, so that the pair is valid at t."""
+    if tau < cross:
+        nxt = cross
+    elif tau < cross + slack:
+        nxt = cross + slack
+    else:
+        nxt = tau + slack + 1e-9 * abs(tau)
+    return t if tau < t < nxt else nxt
 
 
 class _KineticScan(QueueScan):

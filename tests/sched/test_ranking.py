@@ -120,3 +120,33 @@ def test_augserve_key_is_minus_density_bit_for_bit(segment_cost):
         now = req.arrival_time + rng.uniform(0, 50)
         assert pol.key(req, now) == (-pol.density(req, now), req.queue_time, req.request_id)
         assert pol.current_cost(req) == pol.cost(req.request_id)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 12),  # last scheduled at 1000 s + j us
+            st.integers(0, 6),  # cost = 7 (1 + k 1e-9): near-parallel lines that
+        ),  # cross between 1000 and 13,000 s
+        min_size=2,
+        max_size=40,
+    ),
+    st.lists(st.floats(0.0, 12_000.0), min_size=1, max_size=30),
+)
+def test_kinetic_queue_is_exact_for_nearly_parallel_lines(lines, times):
+    # crossing times of near-equal costs suffer cancellation: the certificates must
+    # still fire no later than the float keys a sort compares invert
+    bk = 0.05  # beta 5e-5 per ms
+    cost: dict[str, float] = {}
+    key = _line_key(bk, cost)
+    q = KineticQueue(bk, lambda r: cost[r.request_id])
+    reqs = []
+    for i, (j, k) in enumerate(lines):
+        req = Request(f"r{i:02d}", arrival_time=0.0, prompt_len=1)
+        req.last_scheduled_time = 1000.0 + j * 1e-6
+        cost[req.request_id] = 7.0 * (1.0 + k * 1e-9)
+        reqs.append(req)
+        q.add(req, 1000.0)
+    for now in sorted(1000.0 + t for t in times):
+        assert q.ordered(now) == sorted(reqs, key=lambda r: key(r, now))
