@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ def row_for(
     m = summarize(result.records, slo, args.duration + args.drain).to_dict()
     m["goodput_per_arrival_s"] = m["num_met_slo"] / args.duration
     errors = sorted(set(result.errors.values()))[:3]
+    policies = Counter(c.policy.value for r in result.records for c in r.calls if c.policy)
+    m["call_policies"] = dict(policies)  # augserve only: what each call's KV went through
     print(f"rate {rate:g} {name}: goodput {m['goodput_per_arrival_s']:.3f} req/s, attainment "
           f"{m['slo_attainment']:.0%}, finished {m['num_finished']}/{m['num_requests']}, "
           f"load {load:.1f}{'; errors: ' + errors[0] if errors else ''}", flush=True)  # fmt: skip

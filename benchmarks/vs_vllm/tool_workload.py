@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 
 from augserve.core.metrics import MetricsSummary, SLOConfig, compute_metrics
-from augserve.core.request import CallRecord, Request, RequestStatus, Segment
+from augserve.core.request import CallRecord, ContextPolicy, Request, RequestStatus, Segment
 from augserve.integrations.plan import PLAN_KEY, encode_plan
 from augserve.workload import make_workload, poisson_arrivals
 from augserve.workload.trace import TraceRequest
@@ -262,7 +262,7 @@ async def run_scripted(
         rec.first_token_time = None if turn.first is None else turn.first - t0
         rec.num_generated_tokens = len(turn.tokens)
         rec.calls = [
-            CallRecord(sent + c["start"], sent + c["end"], c["returned_tokens"])
+            CallRecord(sent + c["start"], sent + c["end"], c["returned_tokens"], _policy(c))
             for c in timing["calls"]
         ]
         rec.finish_time = (turn.end or time.monotonic()) - t0
@@ -273,6 +273,10 @@ async def run_scripted(
         rec.status, rec.finish_time = RequestStatus.FINISHED_ERROR, None
         errors[req.request_id] = f"{type(exc).__name__}: {exc}"
     return rec
+
+
+def _policy(call: dict[str, Any]) -> ContextPolicy | None:
+    return None if call.get("policy") is None else ContextPolicy(call["policy"])
 
 
 async def _scripted_turn(

@@ -171,7 +171,7 @@ def test_the_benchmark_replay_runs_a_tool_workload_on_the_server(scripted: LiveS
         calls = list(req.segments[:-1])
         assert len(rec.calls) == len(calls)
         for c, s in zip(rec.calls, calls, strict=True):
-            assert c.returned_tokens == s.return_len
+            assert c.returned_tokens == s.return_len and c.policy is not None
             assert c.end - c.start == pytest.approx(s.call_time, abs=0.25)
         assert rec.arrival_time <= rec.first_token_time <= rec.finish_time
         assert rec.finish_time >= rec.arrival_time + rec.call_time_total
