@@ -176,3 +176,19 @@ def test_the_benchmark_replay_runs_a_tool_workload_on_the_server(scripted: LiveS
         assert rec.arrival_time <= rec.first_token_time <= rec.finish_time
         assert rec.finish_time >= rec.arrival_time + rec.call_time_total
     scripted.wait_idle()
+
+
+def test_a_client_gone_mid_call_aborts_the_plan(scripted: LiveServer) -> None:
+    """A benchmark cancels what runs past its deadline: the plan must not keep running
+    (and holding KV) on the server after its client has gone."""
+    import time
+
+    plan = [{"output_len": 2, "call_time": 30.0, "return_len": 4}, {"output_len": 50}]
+    body = {"model": MODEL, "prompt": PROMPT, "stream": True, "augserve_segments": plan}
+    with httpx.stream("POST", scripted.url + "/v1/completions", json=body, timeout=60) as r:
+        for line in r.iter_lines():
+            if '"token_ids"' in line or line.startswith("data: {"):
+                break  # the first tokens came: the call starts next; hang up
+    start = time.monotonic()
+    scripted.wait_idle(timeout=10.0)
+    assert time.monotonic() - start < 10.0
