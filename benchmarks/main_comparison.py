@@ -227,15 +227,44 @@ def timing_table(timing: dict[str, Any]) -> str:
     )
     return "\n".join(
         [
-            "| ranking | points | wall s | CPU s (workers) | identical rows |",
+            "| ranking | points | wall s (sum) | CPU s (sum) | identical rows |",
             "|---|---|---|---|---|",
             f"| before: sort every iteration | {len(b['rows'])} | {b['wall']:.0f} "
             f"| {b['cpu']:.0f} | - |",
             f"| after: persistent queues, kinetic heap | {len(a['rows'])} | {a['wall']:.0f} "
             f"| {a['cpu']:.0f} | {'yes' if same else 'NO'} |",
             f"| after / before | | {a['wall'] / b['wall']:.2f} | {a['cpu'] / b['cpu']:.2f} | |",
+            "",
+            "| policy | rate | CPU s before | CPU s after | after / before "
+            "| schedule() ms/iter before | after |",
+            "|---|---|---|---|---|---|---|",
+            *(
+                f"| {x['policy']} | {float(x['rate']):g} | {x['sim_cpu_s']:.1f} "
+                f"| {y['sim_cpu_s']:.1f} | {y['sim_cpu_s'] / x['sim_cpu_s']:.2f} "
+                f"| {x['sched_ms_per_iter']:.3f} | {y['sched_ms_per_iter']:.3f} |"
+                for x, y in zip(b["rows"], a["rows"], strict=True)
+            ),
         ]
     )
+
+
+def run_timing(pts: Sequence[BenchPoint], workers: int) -> dict[str, Any]:
+    """Each point with the per-iteration sort (before) and the persistent queues (after),
+    alternating point by point (with one worker, strictly in turn), so that both see the
+    same machine; wall and CPU seconds summed from each point's own simulation."""
+    pairs = [
+        BenchPoint(**{**p.key(), "overrides": (("incremental_ranking", flag),)})
+        for p in pts
+        for flag in ("false", "true")
+    ]
+    rows, _, _ = timed_run(pairs, workers)
+    out: dict[str, Any] = {}
+    for name, part in (("before", rows[0::2]), ("after", rows[1::2])):
+        wall = sum(r["sim_wall_s"] for r in part)
+        cpu = sum(r["sim_cpu_s"] for r in part)
+        out[name] = {"rows": part, "wall": wall, "cpu": cpu}
+        print(f"timing {name}: {wall:.0f} s wall, {cpu:.0f} s CPU", flush=True)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -246,21 +275,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--window", type=float, default=WINDOW, help="seconds (smoke tests)")
     ap.add_argument("--ablation-profiles", default=",".join(PROFILES))
     ap.add_argument("--ablation-rates", default=",".join(f"{r:g}" for r in RATES))
+    ap.add_argument("--timing-rates", default=",".join(f"{r:g}" for r in RATES))
     args = ap.parse_args(argv)
     _set_window(args.window)
     parts = set(args.parts.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
     if "timing" in parts:
-        timing: dict[str, Any] = {}
-        pts = points(PAPER_POLICIES, PROFILES[0])
-        for name, flag in (("before", "false"), ("after", "true")):
-            tagged = [
-                BenchPoint(**{**p.key(), "overrides": (("incremental_ranking", flag),)})
-                for p in pts
-            ]
-            rows, wall, cpu = timed_run(tagged, args.workers)
-            timing[name] = {"rows": rows, "wall": wall, "cpu": cpu}
-            print(f"timing {name}: {wall:.0f} s wall, {cpu:.0f} s CPU", flush=True)
+        rates = [float(r) for r in args.timing_rates.split(",")]
+        timing = run_timing(points(PAPER_POLICIES, PROFILES[0], rates=rates), args.workers)
         (args.out / "timing.json").write_text(json.dumps(timing, indent=1, default=str))
     if "main" in parts:
         pts = [pt for prof in PROFILES for pt in points(POLICIES, prof)]
