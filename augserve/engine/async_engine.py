@@ -2,11 +2,14 @@
 
 The loop repeats: apply the calls that came back (`resume`), run one engine
 step, hand outputs to each request's stream, and start every new call as an
-asyncio task. A forward runs on the loop thread (the engine is not
-thread-safe); calls are awaited in their own tasks, so a call never blocks the
-loop and the loop never waits on a call. When nothing can run (every live
-request is in a call, or none is live) the loop sleeps until an arrival, a
-call return or an abort wakes it.
+asyncio task. A step runs in a worker thread (`asyncio.to_thread`), so the
+event loop keeps accepting and parsing requests while the model computes
+(torch releases the GIL); the engine is not thread-safe, so arrivals and aborts
+that come in during a step are queued and applied on the loop between steps,
+and no two steps overlap. Calls are awaited in their own tasks, so a call never
+blocks the loop and the loop never waits on a call. When nothing can run
+(every live request is in a call, or none is live) the loop sleeps until an
+arrival, a call return or an abort wakes it.
 
 Predictions stay off the loop too: with an expensive predictor (the learned
 one), a new request is predicted in a worker thread before it joins the
@@ -41,22 +44,38 @@ class _Return:
     error: bool
 
 
+@dataclass(frozen=True)
+class _Add:
+    req: Request
+    params: SamplingParams
+    prediction: Prediction | None
+    tools: ToolSession | None
+
+
 class AsyncLLMEngine:
     """`executor` runs parsed calls of requests whose `ToolSession` has none;
-    scripted calls last their trace duration times `call_time_scale`."""
+    scripted calls last their trace duration times `call_time_scale`.
+    `step_in_thread=False` runs each step on the loop thread instead (the loop then
+    serves clients only between steps: `benchmarks/bench_server_ttft.py`)."""
 
     def __init__(
         self,
         engine: LLMEngine,
         executor: ToolExecutor | None = None,
         call_time_scale: float = 1.0,
+        step_in_thread: bool = True,
     ) -> None:
         self.engine = engine
+        self.step_in_thread = step_in_thread
         self.executor = executor
         self.call_time_scale = call_time_scale
         self._streams: dict[str, asyncio.Queue[_Item]] = {}
         self._calls: dict[str, asyncio.Task[None]] = {}
         self._returns: list[_Return] = []
+        self._adds: list[_Add] = []  # arrivals while a step runs, applied after it
+        self._aborts: list[str] = []  # aborts while a step runs, applied after it
+        self._stepping = False  # a step is running in the worker thread
+        self._inflight: asyncio.Future[EngineStep] | None = None
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
@@ -84,8 +103,7 @@ class AsyncLLMEngine:
             params = params or SamplingParams()
             req = self.engine.make_request(rid, prompt, params, segments)
             prediction = await self._predict_off_loop(req)
-            self.engine.add(req, params, prediction=prediction, tools=tools, stream=True)
-            self._kick()
+            self._add(_Add(req, params, prediction, tools))
             while True:
                 item = await queue.get()
                 if isinstance(item, BaseException):
@@ -103,7 +121,15 @@ class AsyncLLMEngine:
         task = self._calls.pop(request_id, None)
         if task is not None:
             task.cancel()
-        found = self.engine.abort(request_id)
+        pending = [a for a in self._adds if a.req.request_id == request_id]
+        if pending:  # never reached the engine
+            self._adds = [a for a in self._adds if a.req.request_id != request_id]
+            return True
+        if self._stepping:  # the engine is busy in the worker thread: after the step
+            found = self.engine.get_request(request_id) is not None
+            self._aborts.append(request_id)
+        else:
+            found = self.engine.abort(request_id)
         self._kick()
         return found
 
@@ -116,11 +142,43 @@ class AsyncLLMEngine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
             self._loop_task = None
+        if self._inflight is not None and not self._inflight.done():
+            with contextlib.suppress(BaseException):
+                await self._inflight  # a step cut short by the cancel: let it end
         for task in self._calls.values():
             task.cancel()
         self._calls.clear()
 
     # --- the loop ----------------------------------------------------------------------
+    def _add(self, a: _Add) -> None:
+        if self._stepping:
+            self._adds.append(a)
+        else:
+            self.engine.add(a.req, a.params, prediction=a.prediction, tools=a.tools, stream=True)
+        self._kick()
+
+    def _apply_pending(self) -> None:
+        adds, self._adds = self._adds, []
+        for a in adds:
+            self.engine.add(a.req, a.params, prediction=a.prediction, tools=a.tools, stream=True)
+        aborts, self._aborts = self._aborts, []
+        for rid in aborts:
+            self.engine.abort(rid)
+
+    async def _step(self) -> EngineStep:
+        """One engine step in a worker thread; the loop stays free meanwhile. If the
+        loop is cancelled mid-step the step still completes (`shutdown` waits for it),
+        and the engine is not touched from the loop until it has."""
+        if not self.step_in_thread:
+            return self.engine.step()
+        self._stepping = True
+        fut = self._inflight = asyncio.ensure_future(asyncio.to_thread(self.engine.step))
+        fut.add_done_callback(self._step_done)
+        return await asyncio.shield(fut)
+
+    def _step_done(self, _: object) -> None:
+        self._stepping = False
+
     def _ensure_started(self) -> None:
         if self._error is not None:
             raise RuntimeError("engine loop failed") from self._error
@@ -136,10 +194,11 @@ class AsyncLLMEngine:
         assert self._wake is not None
         try:
             while True:
+                self._apply_pending()
                 self._apply_returns()
                 engine = self.engine
                 if engine.has_unfinished():
-                    step: EngineStep | None = engine.step()
+                    step: EngineStep | None = await self._step()
                 elif engine.has_pending_outputs():
                     step = engine.flush()  # e.g. the last live request was just aborted
                 else:
@@ -147,7 +206,7 @@ class AsyncLLMEngine:
                 if step is not None:
                     self._dispatch(step)
                 if step is None or step.idle:
-                    if not self._returns:  # sleep until an arrival, a return or an abort
+                    if not (self._returns or self._adds or self._aborts):  # sleep until news
                         self._wake.clear()
                         await self._wake.wait()
                 else:

@@ -1,0 +1,118 @@
+"""AsyncLLMEngine runs each step in a worker thread: the event loop stays free during
+a step, and arrivals and aborts that come in meanwhile wait for the step's end."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from augserve import LLM, SamplingParams
+from augserve.engine.async_engine import AsyncLLMEngine
+from augserve.engine.make_model import make_model
+
+GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=6)
+STEP_DELAY = 0.05
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model("llama", "tiny", tmp_path_factory.mktemp("thread") / "m", seed=3)
+
+
+class SlowSteps:
+    """Wraps `engine.step`: each step sleeps first (a slow forward) and records
+    the thread it ran on and whether two ever overlapped."""
+
+    def __init__(self, engine: Any) -> None:
+        self.step, self.threads, self.active, self.overlap = engine.step, set(), 0, False
+        self.lock = threading.Lock()
+        engine.step = self
+
+    def __call__(self) -> Any:
+        with self.lock:
+            self.active += 1
+            self.overlap |= self.active > 1
+            self.threads.add(threading.get_ident())
+        try:
+            time.sleep(STEP_DELAY)
+            return self.step()
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+@pytest.mark.parametrize("in_thread", [True, False])
+def test_the_loop_is_free_during_a_step_only_with_steps_in_a_thread(
+    model_dir: Path, in_thread: bool
+) -> None:
+    llm = LLM(model_dir, dtype="fp32", num_device_blocks=64, block_size=8)
+    slow = SlowSteps(llm.engine)
+
+    async def main() -> tuple[int, list[Any]]:
+        aengine = AsyncLLMEngine(llm.engine, step_in_thread=in_thread)
+        ticks, done = 0, asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        async def consume() -> list[Any]:
+            outs = [o async for o in aengine.generate("A quick brown fox", GREEDY, "r0")]
+            done.set()
+            return outs
+
+        _, outs = await asyncio.gather(ticker(), consume())
+        await aengine.shutdown()
+        return ticks, outs
+
+    ticks, outs = asyncio.run(main())
+    assert outs[-1].finished and outs[-1].outputs[0].token_ids
+    steps = len(outs)
+    # 5 ms ticks during >= steps x 50 ms of steps: free loop ~10 ticks per step, blocked ~1
+    if in_thread:
+        assert ticks >= 4 * steps
+        assert threading.get_ident() not in slow.threads
+    else:
+        assert ticks <= 2 * steps + 2
+        assert slow.threads == {threading.get_ident()}
+    assert not slow.overlap
+
+
+def test_arrivals_and_aborts_during_a_step_apply_after_it(model_dir: Path) -> None:
+    llm = LLM(model_dir, dtype="fp32", num_device_blocks=64, block_size=8)
+    slow = SlowSteps(llm.engine)
+    offline = llm.generate(["The sun rises", "A quick brown fox"], GREEDY)
+
+    async def main() -> tuple[list[Any], list[Any], Any]:
+        aengine = AsyncLLMEngine(llm.engine)
+        first: list[Any] = []
+
+        async def consume(prompt: str, rid: str, sink: list[Any]) -> None:
+            async for out in aengine.generate(prompt, GREEDY, rid):
+                sink.append(out)
+
+        t1 = asyncio.create_task(consume("The sun rises", "a", first))
+        await asyncio.sleep(STEP_DELAY / 2)  # the first step is running now
+        second: list[Any] = []
+        t2 = asyncio.create_task(consume("A quick brown fox", "b", second))
+        doomed: list[Any] = []
+        t3 = asyncio.create_task(consume("Gone before it starts", "c", doomed))
+        await asyncio.sleep(STEP_DELAY / 5)
+        t3.cancel()  # aborted while a step runs
+        await asyncio.gather(t1, t2, return_exceptions=True)
+        await aengine.shutdown()
+        return first, second, llm.engine.stats()
+
+    first, second, stats = asyncio.run(main())
+    assert first[-1].outputs[0].token_ids == offline[0].outputs[0].token_ids
+    assert second[-1].outputs[0].token_ids == offline[1].outputs[0].token_ids
+    assert not slow.overlap
+    assert stats.num_waiting == 0 and stats.num_running == 0 and stats.device_blocks_used == 0
+    assert llm.engine.get_request("c") is None
