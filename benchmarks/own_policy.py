@@ -38,8 +38,8 @@ from augserve.core.request import Request
 from augserve.sched.policies import POLICIES as REGISTRY
 from augserve.sched.policies.slack import SlackPolicy
 
-POLICIES = ("ssjf-infercept", "augserve", "augserve-slo")
-OURS, STRONG = "augserve-slo", ("ssjf-infercept", "augserve")
+POLICIES = ("ssjf-infercept", "mars", "augserve", "augserve-slo")
+OURS, STRONG = "augserve-slo", ("ssjf-infercept", "mars", "augserve")
 # profile -> (light rate, rate where the strongest baseline attains ~50%)
 RATES = {
     "opt-13b-h800": (3.0, 6.0),
@@ -245,6 +245,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--window", type=float, default=600.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "own-policy")
+    ap.add_argument(
+        "--only-policies",
+        default=None,
+        help="run only these policies (comma-separated) and merge their rows into the"
+        " part's existing results, replacing that policy's old rows",
+    )
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -257,8 +263,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             pts = ablation_points(seeds, args.window)
         else:
             raise SystemExit(f"--parts: unknown part {part!r} (main, heldout, ablation)")
+        only = set(args.only_policies.split(",")) if args.only_policies else None
+        if only is not None:
+            pts = [pt for pt in pts if pt.policy in only]
         rows = run_points(pts, workers=args.workers, progress=False)
-        (args.out / f"{part}.json").write_text(json.dumps(rows, indent=1, default=str))
+        path = args.out / f"{part}.json"
+        if only is not None and path.exists():
+            kept = [r for r in json.loads(path.read_text()) if r["policy"] not in only]
+            rows = kept + rows
+        path.write_text(json.dumps(rows, indent=1, default=str))
         print(f"{part}: {len(pts)} points", flush=True)
         write_tables(args.out)
     return 0
