@@ -59,8 +59,10 @@ from tool_workload import (  # noqa: E402
     slo_from_iteration,
 )
 
+from augserve.sched.policies import POLICIES as REGISTRY  # noqa: E402
+
 AUGSERVE = ROOT / ".venv" / "bin" / "augserve"
-POLICIES = ("vllm", "infercept", "ssjf", "ssjf-infercept", "mars", "augserve")
+POLICIES = tuple(REGISTRY)  # every policy augserve serve takes
 
 
 def ensure_model(path: Path, preset: str) -> Path:
