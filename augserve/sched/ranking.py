@@ -17,6 +17,7 @@ of `sorted(key(r, now))`, without popping anything.
 from __future__ import annotations
 
 import heapq
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -110,27 +111,28 @@ class ListScan(QueueScan):
             self.pop()
 
 
-class RankQueue:
+class RankQueue(ABC):
     """The interface the scheduler and the packer use."""
 
-    def add(self, req: Request, now: float) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def add(self, req: Request, now: float) -> None: ...
 
+    @abstractmethod
     def remove(self, req: Request) -> None:
         """Drop `req` if it is queued."""
-        raise NotImplementedError
+        ...
 
-    def advance(self, now: float) -> None:
+    def advance(self, now: float) -> None:  # noqa: B027 (a no-op unless keys move)
         """Bring the order to `now` (called at the start of every iteration)."""
 
-    def scan(self, now: float) -> QueueScan:
-        raise NotImplementedError
+    @abstractmethod
+    def scan(self, now: float) -> QueueScan: ...
 
-    def __len__(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def __len__(self) -> int: ...
 
-    def __contains__(self, req: Request) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def __contains__(self, req: Request) -> bool: ...
 
     def ordered(self, now: float) -> list[Request]:
         """Every queued request in key order (tests)."""
