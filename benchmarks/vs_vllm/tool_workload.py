@@ -213,6 +213,19 @@ async def replay(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> Replay:  # fmt: skip
     """All requests, each from its arrival; whatever runs past `deadline` seconds is cancelled."""
+
+    def start(client: httpx.AsyncClient, r: ToolRequest, t0: float, errors: dict[str, str]) -> Any:
+        return run_request(client, model, r, t0, extra_body, errors)
+
+    return await _replay_all(base_url, workload, deadline, transport, start)
+
+
+async def _replay_all(
+    base_url: str, workload: Sequence[ToolRequest], deadline: float,
+    transport: httpx.AsyncBaseTransport | None,
+    start: Callable[[httpx.AsyncClient, ToolRequest, float, dict[str, str]], Any],
+) -> Replay:  # fmt: skip
+    """Run `start(client, request, t0, errors)` for every request; cancel at `deadline`."""
     # no keep-alive: a pooled connection idle through a long call may be closed by the
     # server (uvicorn's keep-alive timeout is 5 s) just as it is reused (ReadError)
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
@@ -222,10 +235,7 @@ async def replay(
         base_url=base_url, timeout=timeout, limits=limits, transport=transport
     ) as client:
         t0 = time.monotonic()
-        tasks = [
-            asyncio.create_task(run_request(client, model, r, t0, extra_body, errors))
-            for r in workload
-        ]
+        tasks = [asyncio.create_task(start(client, r, t0, errors)) for r in workload]
         _, pending = await asyncio.wait(tasks, timeout=deadline)
         for task in pending:
             task.cancel()
@@ -311,20 +321,11 @@ async def replay_scripted(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> Replay:  # fmt: skip
     """`replay` against augserve's scripted plans: the calls run on the server."""
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
-    timeout = httpx.Timeout(deadline, connect=30.0)
-    errors: dict[str, str] = {}
-    async with httpx.AsyncClient(
-        base_url=base_url, timeout=timeout, limits=limits, transport=transport
-    ) as client:
-        t0 = time.monotonic()
-        tasks = [asyncio.create_task(run_scripted(client, model, r, t0, errors)) for r in workload]
-        _, pending = await asyncio.wait(tasks, timeout=deadline)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        pairs = zip(workload, tasks, strict=True)
-        return Replay([_record(r) if t.cancelled() else t.result() for r, t in pairs], errors)
+
+    def start(client: httpx.AsyncClient, r: ToolRequest, t0: float, errors: dict[str, str]) -> Any:
+        return run_scripted(client, model, r, t0, errors)
+
+    return await _replay_all(base_url, workload, deadline, transport, start)
 
 
 def _record(req: ToolRequest) -> Request:
