@@ -73,7 +73,7 @@ def hf_generate(model: Any, prompts: list[list[int]], new_tokens: int) -> list[f
             stamps.append(CLOCK())
             return scores
 
-    ids = torch.tensor(prompts)
+    ids = torch.tensor(prompts, device=model.device)
     stamps.append(CLOCK())
     with torch.inference_mode():
         model.generate(

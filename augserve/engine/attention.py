@@ -10,7 +10,9 @@ cache slots (`slot_mapping`), then attends:
   the runner's whole-model decode graph): inductor fuses the block-table
   indexing into the score and value reductions. `decode_reference` is the plain
   gather-then-attend version the tests compare against. On CUDA with fp16/bf16,
-  flash-attn's paged kernel when it is installed (UNTESTED: no GPU so far).
+  flash-attn's paged kernel when it is installed (untested: the GPU machine lent so
+  far has no flash-attn), else the gather + SDPA version, faster there than the
+  block-wise kernel (whose math is fp32).
 - a fresh prompt chunk (start_pos 0): causal SDPA over its own new K/V.
 - a later chunk (start_pos > 0): its context is gathered once and shared by all
   its queries (the gather is amortised over the chunk), then SDPA with a mask.
@@ -181,12 +183,21 @@ def _use_flash(device: torch.device, dtype: torch.dtype, block_size: int) -> boo
     return _flash_kvcache is not None and device.type == "cuda" and half and block_size % 256 == 0
 
 
+def _use_gather_sdpa(device: torch.device, dtype: torch.dtype) -> bool:
+    """CUDA with fp16/bf16 and no flash-attn: gather + SDPA (its fused half-precision
+    kernels) beat the block-wise kernel, whose math is fp32: 0.46 ms against 1.25 ms
+    at batch 64, 32 heads, contexts of 1-2k tokens on an H200 (docs/engine-speed.md)."""
+    return device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
+
+
 def decode_backend(
     device: torch.device, dtype: torch.dtype, block_size: int, compiled: bool
 ) -> str:
     """The decode attention a runner with these settings uses."""
     if _use_flash(device, dtype, block_size):
         return "flash-attn"
+    if _use_gather_sdpa(device, dtype):
+        return "gather-sdpa"
     return "paged-compiled" if compiled else "reference"
 
 
@@ -196,13 +207,15 @@ def _decode(
 ) -> torch.Tensor:  # fmt: skip
     tables, lens = meta.decode_block_tables, meta.decode_ctx_lens
     assert tables is not None and lens is not None
-    if _use_flash(q.device, q.dtype, meta.block_size):  # UNTESTED here (no GPU)
+    if _use_flash(q.device, q.dtype, meta.block_size):  # UNTESTED (flash-attn not installed)
         assert _flash_kvcache is not None
         out = _flash_kvcache(
             q.unsqueeze(1), k_cache, v_cache, cache_seqlens=lens.to(torch.int32),
             block_table=tables.to(torch.int32), softmax_scale=scale, causal=True,
         )  # fmt: skip
         return out.squeeze(1)
+    if _use_gather_sdpa(q.device, q.dtype):
+        return decode_reference(q, k_cache, v_cache, tables, lens, scale)
     if torch.compiler.is_compiling():  # traced into a larger compiled graph
         return decode_paged(q, k_cache, v_cache, tables, lens, scale)
     fn = compiled_decode() if meta.compiled else decode_reference

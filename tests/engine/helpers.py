@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +12,9 @@ from augserve.engine.model_runner import ModelRunner, SeqChunk
 from augserve.engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
+# Where the runners and the HF references of the parity tests run: CPU unless
+# AUGSERVE_TEST_DEVICE says otherwise (benchmarks/gpu_checks.sh sets "cuda").
+DEVICE = os.environ.get("AUGSERVE_TEST_DEVICE", "cpu")
 
 
 @dataclass
@@ -72,15 +76,16 @@ def hf_greedy(model_dir: Path, prompt: list[int], steps: int) -> list[int]:
     """Reference greedy tokens from transformers (fp32, KV cache, no EOS stop)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32)
-    model.eval()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    model.to(DEVICE).eval()
     out: list[int] = []
     with torch.inference_mode():
-        res = model(torch.tensor([prompt]), use_cache=True)
+        res = model(torch.tensor([prompt], device=DEVICE), use_cache=True)
         for _ in range(steps):
             tok = int(res.logits[0, -1].argmax())
             out.append(tok)
-            res = model(torch.tensor([[tok]]), past_key_values=res.past_key_values, use_cache=True)
+            nxt = torch.tensor([[tok]], device=DEVICE)
+            res = model(nxt, past_key_values=res.past_key_values, use_cache=True)
     return out
 
 

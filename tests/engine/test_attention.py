@@ -100,3 +100,16 @@ def test_blockwise_kernel_equals_reference_eagerly_and_compiled() -> None:
         for row, n in enumerate(lens.tolist()):
             padded[row, (n + BS - 1) // BS :] = 0  # what build_metadata pads with
         torch.testing.assert_close(fn(q, k_cache, v_cache, padded, lens, D**-0.5), ref)
+
+
+def test_decode_backend_choice() -> None:
+    """CPU: the compiled block-wise kernel or the reference; CUDA with fp16/bf16 (no
+    flash-attn installed): gather + SDPA; CUDA fp32: the block-wise kernel."""
+    from augserve.engine.attention import decode_backend
+
+    cuda = torch.device("cuda")
+    assert decode_backend(CPU, torch.float32, 16, True) == "paged-compiled"
+    assert decode_backend(CPU, torch.bfloat16, 16, False) == "reference"
+    assert decode_backend(cuda, torch.float32, 16, True) == "paged-compiled"
+    for half in (torch.bfloat16, torch.float16):
+        assert decode_backend(cuda, half, 16, True) in ("gather-sdpa", "flash-attn")

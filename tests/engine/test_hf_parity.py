@@ -18,7 +18,7 @@ from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.make_model import make_model
 from augserve.engine.model_runner import ModelRunner, RunnerConfig, SeqChunk
 from tests.engine.conftest import VARIANTS
-from tests.engine.helpers import GREEDY, hf_greedy, make_prompts, run_greedy
+from tests.engine.helpers import DEVICE, GREEDY, hf_greedy, make_prompts, run_greedy
 
 STEPS = 64
 ARCHS = ("llama", "opt", "gptj")
@@ -35,7 +35,7 @@ def untied(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _runner(d: Path, compile: bool = False, host_blocks: int = 0) -> ModelRunner:
     kv = KVCacheConfig(block_size=8, num_device_blocks=128, num_host_blocks=host_blocks)
-    return ModelRunner(RunnerConfig(str(d), "fp32", "cpu", kv, compile=compile))
+    return ModelRunner(RunnerConfig(str(d), "fp32", DEVICE, kv, compile=compile))
 
 
 def _prefill(r: ModelRunner, tokens: list[int], table: list[int], chunk: int = 7) -> int:
@@ -111,7 +111,7 @@ def test_compiled_path_matches_hf(untied: dict[str, Path]) -> None:
 def test_single_request_matches_hf(model_dirs: dict[str, Path], variant: str) -> None:
     """Every config variant of the shared fixtures (GQA, rope scaling, Qwen2 bias...)."""
     d = model_dirs[variant]
-    runner = ModelRunner.from_dir(d, "fp32", block_size=8, num_device_blocks=128)
+    runner = _runner(d)
     prompt = make_prompts(1, runner.vocab_size, seed=7)[0]
     assert run_greedy(runner, [prompt], STEPS)[0] == hf_greedy(d, prompt, STEPS)
 
@@ -127,7 +127,7 @@ def test_forward_logits_close_to_hf(untied: dict[str, Path], arch: str) -> None:
     table = list(range(8))
     runner.forward_logits([SeqChunk("a", prompt[:9], 0, table, False)])
     ours = runner.forward_logits([SeqChunk("a", prompt[9:], 9, table, True)])[0]
-    hf = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).to(DEVICE).eval()
     with torch.inference_mode():
-        ref = hf(torch.tensor([prompt])).logits[0, -1]
-    torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
+        ref = hf(torch.tensor([prompt], device=DEVICE)).logits[0, -1]
+    torch.testing.assert_close(ours.cpu(), ref.cpu(), atol=1e-4, rtol=1e-4)

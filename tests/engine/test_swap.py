@@ -81,3 +81,21 @@ def test_runner_properties(model_dirs: dict[str, Path]) -> None:
     assert len(run_greedy(r, prompts, 3)[1]) == 3
     with pytest.raises(ValueError, match="block_table"):
         r.execute([SeqChunk("x", [1] * 9, 0, [0], True, GREEDY)])
+
+
+@pytest.mark.parametrize("host_blocks", [[4, 5, 6], [6, 1, 3]], ids=["run", "scattered"])
+def test_swap_paths_move_the_right_blocks(host_blocks: list[int]) -> None:
+    """Host blocks in one run (copied as they lie) or scattered (through staging)."""
+    cfg = KVCacheConfig(block_size=2, num_device_blocks=8, num_host_blocks=8)
+    cache = KVCache(cfg, num_layers=2, kv_heads=1, head_dim=4, dtype=torch.float32,
+                    device=torch.device("cpu"))  # fmt: skip
+    for t in cache.k_caches + cache.v_caches:
+        t.copy_(torch.randn_like(t))
+    src = [7, 2, 5]
+    want = [t[src].clone() for t in cache.k_caches + cache.v_caches]
+    cache.swap_out(list(zip(src, host_blocks, strict=True)))
+    for host, w in zip(cache.k_host + cache.v_host, want, strict=True):
+        assert torch.equal(host[host_blocks], w)
+    cache.swap_in(list(zip(host_blocks, [0, 1, 3], strict=True)))
+    for dev, w in zip(cache.k_caches + cache.v_caches, want, strict=True):
+        assert torch.equal(dev[[0, 1, 3]], w)
