@@ -37,7 +37,8 @@ def render(ctx: Context, res: Results) -> str:
     out = [
         section_header(
             "1. End-to-end: goodput, TTFT and normalized latency vs rate (figure 7)",
-            f"All six policies, Poisson arrivals over {ctx.scale.window:g} s (the paper: "
+            "The paper's five policies, `ssjf-infercept` and our `augserve-slo`, Poisson "
+            f"arrivals over {ctx.scale.window:g} s (the paper: "
             "1800 s), oracle predictor, on the INFERCEPT trace (resampled with replacement) "
             "and the ToolBench-like generator, for GPT-J-6B/RTX 4090, OPT-13B/H800 and "
             "Vicuna-13B/2xA100. SLO: TTFT < 1 s and normalized latency < 10 decode "
@@ -59,6 +60,14 @@ def render(ctx: Context, res: Results) -> str:
         out.append(tab + "\n")
         if notes:
             out.append("Large differences from the paper:\n\n" + "\n".join(notes) + "\n")
+        own, _ = common.comparison(
+            res, ctx, members, ["augserve", spec.STRONGEST, "mars"], {}, spec.OWN, False
+        )
+        out.append(
+            f"**Our `{spec.OWN}` against the strongest policies, {family} profiles** "
+            "(docs/results-own-policy.md has its own study):\n"
+        )
+        out.append(own + "\n")
     by_profile: dict[str, list[str]] = {}
     for prof, wl in settings:
         by_profile.setdefault(prof, []).append(wl)

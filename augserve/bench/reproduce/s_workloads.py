@@ -46,7 +46,8 @@ def render(ctx: Context, res: Results) -> str:
     out = [
         section_header(
             "6. Mixed workloads (figure 11), Llama-3-70B (figure 12), MARS (figures 13-14, D.6)",
-            f"Rate sweeps over {ctx.scale.window:g} s of Poisson arrivals, all six policies. "
+            f"Rate sweeps over {ctx.scale.window:g} s of Poisson arrivals, all seven policies "
+            "(with our `augserve-slo`). "
             "Mixed: the INFERCEPT trace with the calls of half the requests disabled (same "
             "prompts and total output, generated in one go), as the paper's D.1.",
             res.missing(pts),

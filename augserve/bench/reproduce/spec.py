@@ -39,7 +39,8 @@ WORKLOADS: Mapping[str, str] = {
     MIXED: "mixed: INFERCEPT, 50% without calls",
 }
 
-POLICIES = ("vllm", "infercept", "ssjf", "ssjf-infercept", "mars", "augserve")
+OWN = "augserve-slo"  # our own policy (docs/results-own-policy.md), not in the paper
+POLICIES = ("vllm", "infercept", "ssjf", "ssjf-infercept", "mars", "augserve", OWN)
 PAPER_BASELINES = ("vllm", "infercept", "ssjf", "mars")  # the ones the paper compares against
 STRONGEST = "ssjf-infercept"  # our stronger baseline (PAPER.md section 6), not in the paper
 
