@@ -103,7 +103,12 @@ class _NoAhead(SlackPolicy):
     ahead = 0.0
 
 
-ABLATION = (_TTFTOnly, _NoAhead)  # each of our choices reverted alone
+class _Reserve(SlackPolicy):
+    name = "augserve-slo/reserve=0.1"
+    reserve = 0.1  # rescues per second of the oldest lost requests (off by default)
+
+
+ABLATION = (_TTFTOnly, _NoAhead, _Reserve)  # each of our choices reverted alone
 for _cls in ABLATION:
     REGISTRY.setdefault(_cls.name, _cls)  # here and in the forked workers only
 
@@ -116,6 +121,23 @@ def main_points(seeds: Sequence[int], window: float) -> list[BenchPoint]:
         for prof, rates in RATES.items()
         for r in rates
         for p in POLICIES
+        for s in seeds
+    ]
+
+
+LONG_WINDOW = 1800.0
+LONG_POLICIES = ("mars", "augserve", "augserve-slo")
+
+
+def long_points(seeds: Sequence[int], window: float) -> list[BenchPoint]:
+    """The stress rates on 1800 s windows (`window` is ignored: the long part's own)."""
+    trace = str(default_trace_path())
+    return [
+        BenchPoint(
+            p, rates[1], seed=s, backend=BACKEND, trace=trace, profile=prof, window=LONG_WINDOW
+        )  # fmt: skip
+        for prof, rates in RATES.items()
+        for p in LONG_POLICIES
         for s in seeds
     ]
 
@@ -246,6 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "own-policy")
     ap.add_argument(
+        "--profiles",
+        default=None,
+        help="run only these profiles (comma-separated; main, ablation and long parts) and"
+        " merge their rows into the part's existing results, replacing their old rows",
+    )
+    ap.add_argument(
         "--only-policies",
         default=None,
         help="run only these policies (comma-separated) and merge their rows into the"
@@ -261,15 +289,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             pts = heldout_points(seeds, args.window, args.out)
         elif part == "ablation":
             pts = ablation_points(seeds, args.window)
+        elif part == "long":
+            pts = long_points(seeds, args.window)
         else:
-            raise SystemExit(f"--parts: unknown part {part!r} (main, heldout, ablation)")
+            raise SystemExit(f"--parts: unknown part {part!r} (main, heldout, ablation, long)")
         only = set(args.only_policies.split(",")) if args.only_policies else None
-        if only is not None:
-            pts = [pt for pt in pts if pt.policy in only]
+        profiles = set(args.profiles.split(",")) if args.profiles else None
+        if profiles is not None and not profiles <= set(RATES):
+            raise SystemExit(f"--profiles: unknown {sorted(profiles - set(RATES))}")
+        pts = [
+            pt
+            for pt in pts
+            if (only is None or pt.policy in only) and (profiles is None or pt.profile in profiles)
+        ]
         rows = run_points(pts, workers=args.workers, progress=False)
         path = args.out / f"{part}.json"
-        if only is not None and path.exists():
-            kept = [r for r in json.loads(path.read_text()) if r["policy"] not in only]
+        if (only is not None or profiles is not None) and path.exists():
+            kept = [
+                r
+                for r in json.loads(path.read_text())
+                if not (
+                    (only is None or r["policy"] in only)
+                    and (profiles is None or r["profile"] in profiles)
+                )
+            ]
             rows = kept + rows
         path.write_text(json.dumps(rows, indent=1, default=str))
         print(f"{part}: {len(pts)} points", flush=True)
@@ -280,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def write_tables(out: Path) -> None:
     text = []
     rows: dict[str, list[Row]] = {}
-    for part in ("main", "heldout", "ablation"):
+    for part in ("main", "heldout", "ablation", "long"):
         path = out / f"{part}.json"
         if path.exists():
             rows[part] = json.loads(path.read_text())
@@ -288,6 +331,8 @@ def write_tables(out: Path) -> None:
         text += ["## main", "", table(rows["main"]), ""]
     if "heldout" in rows:
         text += ["## heldout", "", table(rows["heldout"]), ""]
+    if "long" in rows:
+        text += ["## long (1800 s windows)", "", table(rows["long"], LONG_POLICIES), ""]
     if "ablation" in rows and "main" in rows:
         stress = {(p, r[1]) for p, r in RATES.items()}
         base = [r for r in rows["main"] if (r["profile"], float(r["rate"])) in stress]

@@ -1,4 +1,5 @@
-"""A persistent queue in two classes: requests that can still meet their SLO, then the rest.
+"""A persistent queue in two classes: requests that can still meet their SLO, then the rest
+(and, with a rescue reserve, a class before both: rescued requests, see `rescue.py`).
 
 A ranking key `(lost, *inner)` with `lost = now >= deadline(req)` changes
 class once while a request waits, at a time known when it is queued (its
@@ -57,11 +58,17 @@ class TriageQueue(RankQueue):
     inner queue; `deadline(req)` must not change while the request is queued."""
 
     def __init__(
-        self, deadline: Callable[[Request], float], make_inner: Callable[[], RankQueue]
+        self,
+        deadline: Callable[[Request], float],
+        make_inner: Callable[[], RankQueue],
+        make_rescued: Callable[[], RankQueue] | None = None,
+        is_rescued: Callable[[Request], bool] | None = None,
     ) -> None:
         self.deadline = deadline
         self.feasible = make_inner()
         self.lost = make_inner()
+        self.rescued = make_rescued() if make_rescued is not None else None
+        self.is_rescued = is_rescued
         self._due: list[tuple[float, int, Request]] = []  # (deadline, seq, request)
         self._seq = 0
         self._filed: dict[str, int] = {}  # request id -> seq of its live deadline entry
@@ -69,14 +76,22 @@ class TriageQueue(RankQueue):
         self.moved = 0  # requests that became lost while queued (statistics)
 
     def __len__(self) -> int:
-        return len(self.feasible) + len(self.lost)
+        n = len(self.feasible) + len(self.lost)
+        return n if self.rescued is None else n + len(self.rescued)
 
     def __contains__(self, req: Request) -> bool:
-        return req in self.feasible or req in self.lost
+        return (
+            req in self.feasible
+            or req in self.lost
+            or (self.rescued is not None and req in self.rescued)
+        )
 
     def add(self, req: Request, now: float) -> None:
         self.remove(req)
         self.advance(now)
+        if self.rescued is not None and self.is_rescued is not None and self.is_rescued(req):
+            self.rescued.add(req, now)
+            return
         due = self.deadline(req)
         if due <= self._now:
             self.lost.add(req, now)
@@ -91,6 +106,13 @@ class TriageQueue(RankQueue):
         self._filed.pop(req.request_id, None)
         self.feasible.remove(req)
         self.lost.remove(req)
+        if self.rescued is not None:
+            self.rescued.remove(req)
+
+    def rescue(self, req: Request, now: float) -> None:
+        """`req` was just rescued (`is_rescued(req)` now holds): file it in the first class."""
+        if req in self:
+            self.add(req, now)
 
     def advance(self, now: float) -> None:
         """Move the requests whose deadline has passed to the lost class."""
@@ -106,7 +128,12 @@ class TriageQueue(RankQueue):
                 self.moved += 1
         self.feasible.advance(now)
         self.lost.advance(now)
+        if self.rescued is not None:
+            self.rescued.advance(now)
 
     def scan(self, now: float) -> QueueScan:
         self.advance(now)
-        return ChainScan([(0, self.feasible.scan(now)), (1, self.lost.scan(now))])
+        parts = [(0, self.feasible.scan(now)), (1, self.lost.scan(now))]
+        if self.rescued is not None:
+            parts.insert(0, (-1, self.rescued.scan(now)))
+        return ChainScan(parts)

@@ -17,15 +17,21 @@ class 0 to class 1 at its deadline, a time fixed while it waits, so the
 persistent queue (`sched/triage.py`) follows it exactly. Preemption under
 memory pressure keeps AugServe's non-aging key (the cost): the class does not
 decide who may take whose KV.
+
+With a rescue reserve (`reserve` > 0 requests per second, `sched/rescue.py`)
+the oldest lost requests without a first token are rescued at that rate:
+ranked before every other request (by arrival) until they finish.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from augserve.core.request import Request
 from augserve.sched.policies.augserve import AugServePolicy
-from augserve.sched.ranking import RankQueue
+from augserve.sched.ranking import HeapQueue, RankQueue
+from augserve.sched.rescue import RescueReserve
 from augserve.sched.slo import SLOTarget, slo_deadline
 from augserve.sched.triage import TriageQueue
 
@@ -34,10 +40,14 @@ class SlackPolicy(AugServePolicy):
     name = "augserve-slo"
     norm_triage = True  # also lost once the normalized-latency SLO is out of reach
     ahead = 1.0  # tokens expected after a predicted call, in units of the segment's rest
+    reserve = 0.0  # rescues per second of the oldest lost requests (0: none)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.target = SLOTarget.for_latency(self.latency)
+        self.rescue = RescueReserve(self.reserve) if self.reserve > 0 else None
+        self.needs_after_schedule = self.rescue is not None
+        self._queue: TriageQueue | None = None
 
     def deadline(self, req: Request) -> float:
         """When the request stops being able to meet its SLO (fixed while it waits)."""
@@ -46,10 +56,47 @@ class SlackPolicy(AugServePolicy):
     def is_lost(self, req: Request, now: float) -> bool:
         return now >= self.deadline(req)
 
+    def is_rescued(self, req: Request) -> bool:
+        return self.rescue is not None and req.request_id in self.rescue.rescued
+
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
-        """(class, -theta, queue time, id): feasible requests first, by value density."""
-        return (1 if now >= self.deadline(req) else 0, *super().key(req, now))
+        """(class, -theta, queue time, id): feasible requests first, by value density
+        (rescued ones before them, lost ones after)."""
+        if self.rescue is not None and req.request_id in self.rescue.rescued:
+            return (-1, req.arrival_time, req.request_id)
+        return (0 if now < self.deadline(req) else 1, *super().key(req, now))
+
+    def by_arrival(self, req: Request, now: float) -> tuple[Any, ...]:
+        return (req.arrival_time, req.request_id)
 
     def make_queue(self) -> RankQueue:
-        """Two classes, each a kinetic heap (AugServe's aging density)."""
-        return TriageQueue(self.deadline, super().make_queue)
+        """Two classes, each a kinetic heap (AugServe's aging density); with a reserve,
+        the rescued class before them (by arrival)."""
+        self._queue = TriageQueue(
+            self.deadline,
+            super().make_queue,
+            (lambda: HeapQueue(self.by_arrival)) if self.rescue is not None else None,
+            self.is_rescued,
+        )
+        return self._queue
+
+    # --- the reserve ---------------------------------------------------------------------
+    def on_arrival(self, req: Request, now: float) -> None:
+        super().on_arrival(req, now)
+        if self.rescue is not None:
+            self.rescue.track(req)
+
+    def forget(self, request_id: str) -> None:
+        super().forget(request_id)
+        if self.rescue is not None:
+            self.rescue.forget(request_id)
+
+    def after_schedule(
+        self, candidates: Sequence[Request], scheduled: set[str], now: float
+    ) -> None:
+        """Rescue the requests the reserve's credit allows (ranked first from now on)."""
+        if self.rescue is None:
+            return
+        for req in self.rescue.due(now, self.is_lost):
+            if self._queue is not None:
+                self._queue.rescue(req, now)
