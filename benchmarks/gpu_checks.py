@@ -10,7 +10,8 @@ tests on CUDA). Three parts, each printing a table and writing JSON to --out:
 2. swaps: `KVCache.swap_out` / `swap_in` of 1 GiB of blocks through pinned host
    memory against one plain pinned copy of the same bytes (the link's ceiling);
 3. throughput: ModelRunner's greedy loop against HF `generate`, same random
-   ~1.1B-parameter Llama, bf16, eager and compiled; output tokens/s.
+   0.9B-parameter Llama, bf16; eager, compiled, with CUDA graphs, and both;
+   output tokens/s.
 
     python benchmarks/gpu_checks.py --out DIR [--parts attention,swap,throughput] [--small]
 
@@ -153,24 +154,26 @@ def throughput(dev: torch.device, small: bool, deadline: float) -> None:
     hf = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.bfloat16).to(dev).eval()
     n_params = sum(p.numel() for p in hf.parameters())
     print(f"\n[throughput] random Llama {n_params / 1e9:.2f}B params, bf16, output tok/s")
-    print(f"{'workload':<22}{'mode':<10}{'ours':>10}{'HF':>10}{'ratio':>8}")
+    print(f"{'workload':<22}{'mode':<17}{'ours':>10}{'HF':>10}{'ratio':>8}")
     kv = KVCacheConfig(block_size=16, num_device_blocks=64 * 48 if not small else 64)
-    for compile in (False, True):
+    modes = {"eager": (False, False), "graphs": (False, True), "compiled": (True, False),
+             "compiled+graphs": (True, True)}  # fmt: skip
+    for mode, (compile, graphs) in modes.items():
         if time.time() > deadline:
-            print("deadline reached: compiled throughput skipped")
-            break
-        mode = "compiled" if compile else "eager"
-        runner = ModelRunner(RunnerConfig(str(d), "bf16", str(dev), kv, compile=compile))
+            print(f"deadline reached: {mode} skipped")
+            continue
+        cfg = RunnerConfig(str(d), "bf16", str(dev), kv, compile=compile, cuda_graphs=graphs)
+        runner = ModelRunner(cfg)
         for batch, plen, steps in work:
             prompts = bet._prompts(batch, plen, runner.vocab_size)
             bet.ours_generate(runner, prompts, 3)  # warm-up (and compile)
-            if compile is False:
+            if mode == "eager":
                 bet.hf_generate(hf, prompts, 3)
             best = [0.0, 0.0]
             for _ in range(2):
                 st = bet.ours_generate(runner, prompts, steps)
                 best[0] = max(best[0], batch * steps / (st[-1] - st[0]))
-                if compile is False:
+                if mode == "eager":
                     st = bet.hf_generate(hf, prompts, steps)
                     best[1] = max(best[1], batch * steps / (st[-1] - st[0]))
             hf_tps = best[1] or RESULTS.get("throughput", {}).get(f"{batch}x{plen}/eager", {}).get(
@@ -180,7 +183,7 @@ def throughput(dev: torch.device, small: bool, deadline: float) -> None:
                 "ours": best[0], "hf": hf_tps, "out_tokens": steps,
             }  # fmt: skip
             row = f"{batch} x {plen}, {steps} out"
-            print(f"{row:<22}{mode:<10}{best[0]:>10.1f}{hf_tps:>10.1f}{best[0] / hf_tps:>8.2f}")
+            print(f"{row:<22}{mode:<17}{best[0]:>10.1f}{hf_tps:>10.1f}{best[0] / hf_tps:>8.2f}")
         del runner
         if dev.type == "cuda":
             torch.cuda.empty_cache()

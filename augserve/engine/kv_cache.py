@@ -51,7 +51,10 @@ class KVCache:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device,
+        scratch: bool = False,
     ) -> None:
+        """scratch: one more device block, after the usable ones, that no sequence owns
+        (`scratch_block`; CUDA graphs point their padding rows at it)."""
         self.block_size = cfg.block_size
         self.bytes_per_token = kv_bytes_per_token(num_layers, kv_heads, head_dim, dtype)
         if cfg.num_device_blocks is not None:
@@ -66,7 +69,8 @@ class KVCache:
                 )
         self.num_device_blocks = n_dev
         self.num_host_blocks = cfg.num_host_blocks
-        shape = (n_dev, cfg.block_size, kv_heads, head_dim)
+        self.scratch_block = n_dev if scratch else None
+        shape = (n_dev + int(scratch), cfg.block_size, kv_heads, head_dim)
         host_shape = (cfg.num_host_blocks, cfg.block_size, kv_heads, head_dim)
         pin = device.type == "cuda"
         self.k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]

@@ -14,14 +14,16 @@ from pathlib import Path
 import torch
 
 from augserve.engine.attention import AttentionMetadata, build_metadata, decode_backend
+from augserve.engine.cuda_graphs import DecodeGraphs
 from augserve.engine.kv_cache import KVCache, KVCacheConfig
 from augserve.engine.loader import WeightSource, load_config
 from augserve.engine.models import CausalLM, model_class
-from augserve.engine.ops import compile_regions, compile_wanted, mark_dynamic
+from augserve.engine.ops import compile_regions, compile_wanted, cuda_graphs_wanted, mark_dynamic
 from augserve.engine.sampler import Sampler
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import read_eos_token_ids
 
+GRAPH_MAX_BATCH = 256  # decode steps of more sequences run without a CUDA graph
 _DTYPES = {
     "bf16": torch.bfloat16,
     "bfloat16": torch.bfloat16,
@@ -73,6 +75,9 @@ class RunnerConfig:
     kv: KVCacheConfig = field(default_factory=lambda: KVCacheConfig(num_device_blocks=256))
     num_threads: int | None = None
     compile: bool | None = None
+    cuda_graphs: bool | None = (
+        None  # decode steps as CUDA graphs; None: AUGSERVE_CUDA_GRAPHS, else on for CUDA
+    )
 
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in _DTYPES:
@@ -140,12 +145,24 @@ class ModelRunner:
         if self.compiled:  # see run_model
             compile_regions(m.regions())
             self._decode_forward = torch.compile(m.forward, fullgraph=True)
-        self.kv = KVCache(cfg.kv, m.num_layers, m.num_kv_heads, m.head_dim, self.dtype, self.device)
+        graphs = cuda_graphs_wanted(cfg.cuda_graphs, self.device)
+        self.kv = KVCache(
+            cfg.kv, m.num_layers, m.num_kv_heads, m.head_dim, self.dtype, self.device, graphs
+        )
+        self._graphs = self._decode_graphs() if graphs else None
         self.sampler = Sampler()
         self.eos_token_ids: tuple[int, ...] = read_eos_token_ids(cfg.model_dir)
         self.vocab_size = m.vocab_size
         self.max_model_len = m.max_model_len
         self.model_dir = cfg.model_dir
+
+    def _decode_graphs(self) -> DecodeGraphs:
+        kv, bs = self.kv, self.kv.block_size
+        assert kv.scratch_block is not None
+        return DecodeGraphs(
+            self.model, (kv.k_caches, kv.v_caches), kv.scratch_block, bs, GRAPH_MAX_BATCH,
+            (self.model.max_model_len + bs - 1) // bs, self.device, self.compiled,
+        )  # fmt: skip
 
     @classmethod
     def from_dir(
@@ -236,11 +253,16 @@ class ModelRunner:
     def run_model(self, inp: StepInputs) -> torch.Tensor:
         """The forward pass: hidden states [T, hidden] of all flat tokens (writes KV).
 
+        On CUDA a step of decodes only replays a captured CUDA graph (`cuda_graphs`).
         Compiled, a step of decodes only runs as one graph (every layer, the cache
         writes and the paged kernel; one call, dynamic batch size and context width);
         a step with prefill chunks runs the layers' compiled regions around eager
         attention (one SDPA per chunk)."""
         kv, meta = self.kv, inp.meta
+        if self._graphs is not None and not meta.prefills:
+            out = self._graphs.run(inp.input_ids, inp.positions, meta)
+            if out is not None:
+                return out
         fwd = self.model
         if self._decode_forward is not None and not meta.prefills:
             fwd = self._decode_forward

@@ -65,6 +65,19 @@ def compile_wanted(setting: bool | None, num_params: int, device: torch.device) 
     return num_params >= 20_000_000 and device.type in ("cpu", "cuda")
 
 
+def cuda_graphs_wanted(setting: bool | None, device: torch.device) -> bool:
+    """Whether decode steps replay CUDA graphs: `setting` if given, else
+    AUGSERVE_CUDA_GRAPHS (0 / 1) if set, else on for CUDA. Never off CUDA."""
+    if device.type != "cuda":
+        return False
+    if setting is not None:
+        return setting
+    env = os.environ.get("AUGSERVE_CUDA_GRAPHS", "").strip().lower()
+    if env not in ("", "0", "1"):
+        raise ValueError(f"AUGSERVE_CUDA_GRAPHS must be 0 or 1, got {env!r}")
+    return env != "0"
+
+
 def dynamic_shape_settings() -> None:
     """One compiled graph per region for every batch size: sizes of 1 are not special
     (`backed_size_oblivious`), and two sizes that happen to be equal when a graph is
