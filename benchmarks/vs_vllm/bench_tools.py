@@ -125,6 +125,25 @@ def measure(srv: ManagedServer) -> tuple[float, float]:
     )
 
 
+def swap_bandwidth(args: argparse.Namespace, blocks: int = 8) -> float:
+    """Bytes/s of augserve's own swaps on this machine, measured in-process on the same
+    model, dtype, block size and threads, for a request-sized move of `blocks` blocks
+    (so the per-swap fixed cost is in the figure, as a request's swap pays it)."""
+    import torch
+
+    from augserve.engine.kv_cache import KVCacheConfig
+    from augserve.engine.model_runner import ModelRunner, RunnerConfig
+    from augserve.engine.profiler import measure_swap_bandwidth
+
+    before = torch.get_num_threads()
+    kv = KVCacheConfig(args.block_size, num_device_blocks=blocks, num_host_blocks=blocks)
+    runner = ModelRunner(RunnerConfig(args.model, "fp32", "cpu", kv, args.threads))
+    try:
+        return measure_swap_bandwidth(runner, blocks, repeats=20)
+    finally:
+        torch.set_num_threads(before)
+
+
 def write_profile(args: argparse.Namespace, iteration: float, prefill: float, path: Path) -> Path:
     """augserve's latency profile on this CPU: c0 = its decode iteration, c_prefill from
     a 256-token prefill; memory facts as the servers are configured."""
@@ -136,7 +155,8 @@ def write_profile(args: argparse.Namespace, iteration: float, prefill: float, pa
         "host_kv_bytes": args.swap_tokens * kv, "swap_bandwidth": args.swap_bandwidth,
         "max_batch_tokens": args.max_batch_tokens, "max_num_seqs": args.max_num_seqs,
         "description": f"augserve CPU, measured: decode {iteration * 1e3:.1f} ms, "
-                       f"256-token prefill {prefill * 1e3:.0f} ms",
+                       f"256-token prefill {prefill * 1e3:.0f} ms, swaps "
+                       f"{args.swap_bandwidth / 1e9:.2f} GB/s",
     }  # fmt: skip
     path.write_text(json.dumps(profile, indent=2))
     return path
@@ -162,7 +182,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--kv-tokens", type=int, default=4096, help="KV cache of both, in tokens")
     p.add_argument("--swap-tokens", type=int, default=4096, help="augserve's host KV, tokens")
-    p.add_argument("--swap-bandwidth", type=float, default=5e9, help="bytes/s (profile)")
+    p.add_argument(
+        "--swap-bandwidth", type=float, default=None,
+        help="bytes/s in augserve's profile (default: measured on this machine, request-sized)",
+    )  # fmt: skip
     p.add_argument("--max-batch-tokens", type=int, default=2048)
     p.add_argument("--max-num-seqs", type=int, default=128)
     p.add_argument(
@@ -227,6 +250,9 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
     probe.stop()
     print(f"augserve: decode {a_iter * 1e3:.1f} ms, 256-token prefill {a_prefill * 1e3:.0f} ms",
           flush=True)  # fmt: skip
+    if args.swap_bandwidth is None:
+        args.swap_bandwidth = swap_bandwidth(args)
+    print(f"augserve: swaps at {args.swap_bandwidth / 1e9:.2f} GB/s", flush=True)
     prof = write_profile(args, a_iter, a_prefill, out.with_name("profile-augserve.json"))
     named: dict[str, ManagedServer] = {"vllm": vllm}
     for pol in args.policies:
