@@ -37,6 +37,28 @@ class StreamingToolParser(Protocol):
 
     def content(self, segment: str, final: bool) -> str: ...
 
+    def forced_prefix(self, name: str | None) -> str: ...
+
+
+class ForcedCallParser:
+    """`tool_choice` "required" or a named function: the prompt ends with the start of
+    a call (`forced_prefix`), so the model's first segment is read as that prefix
+    followed by what it generated; later segments are read as they are."""
+
+    def __init__(self, inner: StreamingToolParser, prefix: str) -> None:
+        self.inner, self.prefix = inner, prefix
+
+    def parse(self, text: str, segment_start: int) -> ParsedCall | None:
+        if segment_start == 0:
+            return self.inner.parse(self.prefix + text, 0)
+        return self.inner.parse(text, segment_start)
+
+    def content(self, segment: str, final: bool) -> str:
+        return self.inner.content(segment, final)
+
+    def forced_prefix(self, name: str | None) -> str:
+        return self.inner.forced_prefix(name)
+
 
 def call_from_json(body: str, raw: str) -> ParsedCall:
     """A call from a JSON object {"name", "arguments" | "parameters"}; InvalidCall if not."""
@@ -88,6 +110,13 @@ class HermesToolParser:
         i, j = span
         body = text[i + len(self.start) : j].strip()
         return call_from_json(body, text[i : j + len(self.end)])
+
+    def forced_prefix(self, name: str | None) -> str:
+        """The start of a call, to end the prompt with when a call is required
+        (`name`: that tool's call, up to its arguments)."""
+        if name is None:
+            return self.start + "\n"
+        return self.start + "\n" + '{"name": ' + json.dumps(name) + ', "arguments": '
 
     def content(self, segment: str, final: bool) -> str:
         i = segment.find(self.start)
@@ -154,6 +183,12 @@ class Llama3JsonToolParser:
     def parse(self, text: str, segment_start: int) -> ParsedCall | None:
         kind, call = self._classify(text[segment_start:])
         return call if kind == "call" else None
+
+    def forced_prefix(self, name: str | None) -> str:
+        """The start of a call, to end the prompt with when a call is required."""
+        if name is None:
+            return '{"name": "'
+        return '{"name": ' + json.dumps(name) + ', "parameters": '
 
     def content(self, segment: str, final: bool) -> str:
         kind, _ = self._classify(segment)

@@ -44,7 +44,8 @@ def prepare(state: ServerState, req: ChatCompletionRequest) -> tuple[list[int], 
     state.check_model(req.model)
     state.check_n(req.n)
     tools = RequestTools(req, state.registry, state.parser_name)
-    prompt = state.encode_prompt(_render(state, req, tools), special=False, param="messages")
+    text = _render(state, req, tools) + tools.prefix
+    prompt = state.encode_prompt(text, special=False, param="messages")
     max_tokens = state.max_tokens_for(req.token_limit, len(prompt), None)
     stop_strings, stop_ids = state.end_markers()
     choices = []
@@ -53,6 +54,7 @@ def prepare(state: ServerState, req: ChatCompletionRequest) -> tuple[list[int], 
         session, executor = tools.session(state.template)
         stops = params.stop
         cs = ChoiceState(i, session.parser if session else None, executor, stops)
+        cs.forced = tools.prefix
         choices.append(Choice(cs, params, session))
     return prompt, choices
 

@@ -37,6 +37,7 @@ class ChoiceState:
     parser: Any = None  # a StreamingToolParser, or None when tools are off
     executor: CallExecutor | None = None
     stops: tuple[str, ...] = ()
+    forced: str = ""  # the call opening the prompt ends with (tool_choice), read before seg 1
     content: str = ""
     finish_reason: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
@@ -60,6 +61,8 @@ class ChoiceState:
         if len(out.tool_results) > self._results:  # a tool answered: a new segment began
             self._results, self._sent = len(out.tool_results), 0
         seg = out.segment_text
+        if self.forced and self._results == 0:
+            seg = self.forced + seg
         visible = self.parser.content(seg, out.finished) if self.parser is not None else seg
         if not out.finished:
             held = max((held_prefix(visible, s) for s in self.stops), default=0)

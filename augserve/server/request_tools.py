@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from augserve.engine.chat import ChatTemplate
-from augserve.engine.tool_parsers import make_tool_parser
+from augserve.engine.tool_parsers import ForcedCallParser, StreamingToolParser, make_tool_parser
 from augserve.engine.tools import ParsedCall, ToolSession
 from augserve.server.errors import APIError
 from augserve.server.protocol import ChatCompletionRequest, ToolDef
@@ -129,6 +129,11 @@ class RequestTools:
             raise APIError(
                 400, "tool_choice is 'required' but no tools are available", param="tool_choice"
             )
+        # "required" / a named tool: the assistant turn starts with the call's opening
+        self.prefix = ""
+        if self.enabled and choice is not None and choice != "auto":
+            name = None if isinstance(choice, str) else choice.function.name
+            self.prefix = make_tool_parser(parser_name).forced_prefix(name)
 
     def template_tools(self) -> list[dict[str, Any]] | None:
         return self.definitions if self.enabled else None
@@ -138,7 +143,9 @@ class RequestTools:
         if not self.enabled:
             return None, None
         executor = CallExecutor(self.registry, template)
-        parser = make_tool_parser(self.parser_name)
+        parser: StreamingToolParser = make_tool_parser(self.parser_name)
+        if self.prefix:
+            parser = ForcedCallParser(parser, self.prefix)
         return ToolSession(parser, executor, AllNamesExcept(self.client_only)), executor
 
 

@@ -169,6 +169,50 @@ def test_client_side_tool_round_trip(mcp_server: LiveServer, client: OpenAI) -> 
     assert second.usage.prompt_tokens == len(ids)
 
 
+def test_tool_choice_named_server_tool_is_forced(mcp_server: LiveServer, client: OpenAI) -> None:
+    """A named tool_choice ends the prompt with that call's opening: the model writes
+    only the arguments and the call runs; the prompt counts the opening."""
+    before = len(sample.calls)
+    mcp_server.script(110, '{"city": "Rome"}}\n</tool_call>', "Sunny in Rome.")
+    choice_arg = {"type": "function", "function": {"name": "get_weather"}}
+    resp = client.chat.completions.create(
+        model=MODEL, messages=USER, seed=110, max_tokens=200, tool_choice=choice_arg
+    )
+    assert sample.calls[before:] == [{"city": "Rome", "unit": "C"}]
+    assert resp.choices[0].message.content == "Sunny in Rome."
+    state = mcp_server.state
+    opening = '<tool_call>\n{"name": "get_weather", "arguments": '
+    prompt = state.template.render(USER, tools=state.registry.definitions()) + opening
+    ids = mcp_server.tokenizer.encode(prompt, add_special_tokens=False)
+    assert resp.usage.prompt_tokens == len(ids)
+    mcp_server.wait_idle()
+
+
+def test_tool_choice_required_client_tool(mcp_server: LiveServer, client: OpenAI) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "lookup_order", "parameters": {"type": "object"}},
+        }
+    ]
+    body = json.dumps({"name": "lookup_order", "arguments": {"id": 9}})
+    mcp_server.script(111, body + "\n</tool_call>", "never reached")
+    for stream in (False, True):
+        kw = {"model": MODEL, "messages": USER, "tools": tools, "seed": 111, "max_tokens": 80}
+        if stream:
+            mcp_server.script(111, body + "\n</tool_call>", "never reached")
+            chunks = list(client.chat.completions.create(**kw, tool_choice="required", stream=True))
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+            assert text == "" and [tc.function.name for tc in calls] == ["lookup_order"]
+            continue
+        choice = client.chat.completions.create(**kw, tool_choice="required").choices[0]
+        assert choice.finish_reason == "tool_calls" and not choice.message.content
+        (tc,) = choice.message.tool_calls
+        assert tc.function.name == "lookup_order" and json.loads(tc.function.arguments) == {"id": 9}
+    mcp_server.wait_idle()
+
+
 def test_streaming_with_a_server_tool(mcp_server: LiveServer, client: OpenAI) -> None:
     mcp_server.script(106, "One moment. ", call_text("add", a=20, b=22), "The sum is 42.")
     stream = client.chat.completions.create(

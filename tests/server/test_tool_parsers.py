@@ -141,3 +141,30 @@ def test_parser_registry_and_detection() -> None:
         raise AssertionError("an unknown parser name must raise")
     assert detect_tool_parser("... <tool_call> ...") == "hermes"
     assert detect_tool_parser("<|start_header_id|>ipython<|end_header_id|>") == "llama3_json"
+
+
+def test_forced_call_prefix_is_read_before_the_first_segment_only() -> None:
+    """tool_choice 'required' / named: the prompt ends with the call's opening, so
+    the first segment is parsed as opening + generated text; later ones as they are."""
+    from augserve.engine.tool_parsers import ForcedCallParser
+
+    hermes = HermesToolParser()
+    named = hermes.forced_prefix("get_weather")
+    assert named == '<tool_call>\n{"name": "get_weather", "arguments": '
+    forced = ForcedCallParser(hermes, named)
+    text = '{"city": "Rome"}}\n</tool_call>'
+    assert forced.parse(text[:-3], 0) is None  # not closed yet
+    call = forced.parse(text, 0)
+    assert call is not None and (call.name, call.arguments) == ("get_weather", {"city": "Rome"})
+    later = text + "result. " + '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
+    call2 = forced.parse(later, len(text) + 8)
+    assert call2 is not None and call2.name == "add"
+    assert forced.parse(text + "plain text", len(text)) is None  # no prefix after segment 1
+    any_call = ForcedCallParser(hermes, hermes.forced_prefix(None))
+    call3 = any_call.parse('{"name": "add", "arguments": {"a": 2}}\n</tool_call>', 0)
+    assert call3 is not None and call3.arguments == {"a": 2}
+    llama = Llama3JsonToolParser()
+    forced_l = ForcedCallParser(llama, llama.forced_prefix("lookup"))
+    call4 = forced_l.parse('{"id": 3}}', 0)
+    assert call4 is not None and (call4.name, call4.arguments) == ("lookup", {"id": 3})
+    assert forced_l.parse('{"id": 3', 0) is None
