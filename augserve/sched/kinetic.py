@@ -23,27 +23,15 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
+import numpy as np
+
 from augserve.core.request import Request
+from augserve.sched.kinetic_scan import KineticScan, Line
 from augserve.sched.ranking import Key, QueueScan, RankQueue
 
-Event = tuple[float, int, int, "_Line", float, float]  # time, version, seq, line, cross, slack
+Event = tuple[float, int, int, Line, float, float]  # time, version, seq, line, cross, slack
 
 _ROUNDING = 1e-13  # ~450 ulps: a generous bound on the relative rounding
-
-
-class _Line:
-    """A queued request's value v(t) = (1 + bk (t - s)) / C and its tie-breakers."""
-
-    __slots__ = ("cost", "cert", "pos", "qtime", "req", "rid", "since")
-
-    def __init__(self, req: Request, since: float, cost: float) -> None:
-        self.req = req
-        self.rid = req.request_id
-        self.qtime = req.queue_time
-        self.since = since
-        self.cost = cost
-        self.pos = -1
-        self.cert = 0  # version of this node's certificate against its parent
 
 
 class KineticQueue(RankQueue):
@@ -68,8 +56,11 @@ class KineticQueue(RankQueue):
     def __init__(self, bk: float, cost: Callable[[Request], float]) -> None:
         self.bk = bk  # beta per second: beta (per ms) * 1000, as `scheduling_value`
         self.cost = cost
-        self._heap: list[_Line] = []
-        self._lines: dict[str, _Line] = {}
+        self._heap: list[Line] = []
+        # each heap position's s and C, for a vectorized `KineticScan.skip_below`
+        self.since = np.zeros(64)
+        self.costs = np.ones(64)
+        self._lines: dict[str, Line] = {}
         self._events: list[Event] = []
         self._seq = 0
         self.now = float("-inf")
@@ -82,10 +73,19 @@ class KineticQueue(RankQueue):
         return req.request_id in self._lines
 
     # --- keys --------------------------------------------------------------------------
-    def _key(self, line: _Line, t: float) -> Key:
+    def _key(self, line: Line, t: float) -> Key:
         return (-((1.0 + self.bk * (t - line.since)) / line.cost), line.qtime, line.rid)
 
-    def _crossing(self, parent: _Line, child: _Line) -> tuple[float, float] | None:
+    def _before(self, a: Line, b: Line, t: float) -> bool:
+        """`_key(a, t) < _key(b, t)`, without building the tuples unless the values tie."""
+        bk = self.bk
+        va = -((1.0 + bk * (t - a.since)) / a.cost)
+        vb = -((1.0 + bk * (t - b.since)) / b.cost)
+        if va != vb:
+            return va < vb
+        return (a.qtime, a.rid) < (b.qtime, b.rid)
+
+    def _crossing(self, parent: Line, child: Line) -> tuple[float, float] | None:
         """When `child` overtakes `parent`, and a bound on the rounding of that time
         (None: never; its line is not steeper).
 
@@ -113,25 +113,32 @@ class KineticQueue(RankQueue):
         child.cert += 1
         got = self._crossing(parent, child)
         early = got[0] - got[1] if got is not None else None
-        if (early is None or early > tau) and self._key(child, tau) < self._key(parent, tau):
+        if (early is None or early > tau) and self._before(child, parent, tau):
             early = tau
         if early is not None:
             cross, slack = got if got is not None else (tau, 0.0)
             self._push(early, child, cross, slack)
 
-    def _certify_around(self, pos: int, tau: float) -> None:
-        self._certify(pos, tau)
-        self._certify(2 * pos + 1, tau)
-        self._certify(2 * pos + 2, tau)
+    def _certify_around(self, moved: list[int], tau: float) -> None:
+        """Renew the certificates of every moved node and of its children, once each
+        (a path's next node is the child of the one before)."""
+        done: set[int] = set()
+        for pos in moved:
+            for p in (pos, 2 * pos + 1, 2 * pos + 2):
+                if p not in done:
+                    done.add(p)
+                    self._certify(p, tau)
 
-    def _push(self, time: float, line: _Line, cross: float, slack: float) -> None:
+    def _push(self, time: float, line: Line, cross: float, slack: float) -> None:
         self._seq += 1
         heapq.heappush(self._events, (time, line.cert, self._seq, line, cross, slack))
 
     # --- heap moves (at time self.now) ------------------------------------------------
-    def _place(self, line: _Line, pos: int) -> None:
+    def _place(self, line: Line, pos: int) -> None:
         self._heap[pos] = line
         line.pos = pos
+        self.since[pos] = line.since
+        self.costs[pos] = line.cost
 
     def _swap(self, i: int, j: int) -> None:
         a, b = self._heap[i], self._heap[j]
@@ -144,7 +151,7 @@ class KineticQueue(RankQueue):
         moved = [pos]
         while pos > 0:
             parent = (pos - 1) // 2
-            if self._key(self._heap[pos], t) < self._key(self._heap[parent], t):
+            if self._before(self._heap[pos], self._heap[parent], t):
                 self._swap(pos, parent)
                 pos = parent
                 moved.append(pos)
@@ -159,7 +166,7 @@ class KineticQueue(RankQueue):
         while True:
             best = pos
             for c in (2 * pos + 1, 2 * pos + 2):
-                if c < n and self._key(heap[c], t) < self._key(heap[best], t):
+                if c < n and self._before(heap[c], heap[best], t):
                     best = c
             if best == pos:
                 return moved
@@ -183,9 +190,9 @@ class KineticQueue(RankQueue):
             elif slack > 0.0:  # not yet: look again (pairs that never cross are done)
                 self._push(_retry(tau, t, cross, slack), child, cross, slack)
 
-    def _inverted(self, child: _Line, tau: float) -> bool:
+    def _inverted(self, child: Line, tau: float) -> bool:
         parent = self._heap[(child.pos - 1) // 2]
-        return self._key(child, tau) < self._key(parent, tau)
+        return self._before(child, parent, tau)
 
     def _swap_up(self, pos: int, tau: float) -> None:
         """The child at `pos` passed its parent at `tau`: the parent sifts down at tau
@@ -196,18 +203,20 @@ class KineticQueue(RankQueue):
         moved = self._sift_down(parent, tau)
         moved += self._sift_up(parent, tau)[1:]
         self.swaps += len(moved) - 1
-        for p in moved:
-            self._certify_around(p, tau)
+        self._certify_around(moved, tau)
 
     def add(self, req: Request, now: float) -> None:
         self.remove(req)
         self.advance(now)
-        line = _Line(req, req.last_scheduled_time, self.cost(req))
+        line = Line(req, req.last_scheduled_time, self.cost(req))
         self._lines[line.rid] = line
+        pos = len(self._heap)
+        if pos == len(self.since):
+            self.since = np.concatenate((self.since, np.zeros(pos)))
+            self.costs = np.concatenate((self.costs, np.ones(pos)))
         self._heap.append(line)
-        line.pos = len(self._heap) - 1
-        for pos in self._sift_up(line.pos, self.now):
-            self._certify_around(pos, self.now)
+        self._place(line, pos)
+        self._certify_around(self._sift_up(pos, self.now), self.now)
 
     def remove(self, req: Request) -> None:
         line = self._lines.pop(req.request_id, None)
@@ -222,12 +231,11 @@ class KineticQueue(RankQueue):
         moved = self._sift_up(pos, self.now)
         if len(moved) == 1:
             moved = self._sift_down(pos, self.now)
-        for p in moved:
-            self._certify_around(p, self.now)
+        self._certify_around(moved, self.now)
 
     def scan(self, now: float) -> QueueScan:
         self.advance(now)
-        return _KineticScan(self, max(now, self.now))
+        return KineticScan(self._heap, self.since, self.costs, self.bk, max(now, self.now))
 
     def check(self, now: float) -> None:
         """Assert the heap property at `now` (tests)."""
@@ -250,36 +258,3 @@ def _retry(tau: float, t: float, cross: float, slack: float) -> float:
     else:
         nxt = tau + slack + 1e-9 * abs(tau)
     return t if tau < t < nxt else nxt
-
-
-class _KineticScan(QueueScan):
-    """A scan of a kinetic heap at time t, with a cheaper `skip_below` (it compares the
-    float value first and builds a key tuple only on a tie)."""
-
-    def __init__(self, queue: KineticQueue, t: float) -> None:
-        heap, key = queue._heap, queue._key
-        self._lines, self._t, self._bk = heap, t, queue.bk
-
-        def keyed(pos: int) -> tuple[Key, Request]:
-            line = heap[pos]
-            return key(line, t), line.req
-
-        super().__init__(keyed, len(heap))
-
-    def skip_below(self, bound: Key) -> None:
-        frontier, size = self._frontier, self._size
-        stack: list[int] = []
-        while frontier and frontier[0][0] < bound:
-            pos = heapq.heappop(frontier)[1]
-            stack += (2 * pos + 1, 2 * pos + 2)
-        lines, t, bk, b0 = self._lines, self._t, self._bk, bound[0]
-        while stack:
-            pos = stack.pop()
-            if pos >= size:
-                continue
-            line = lines[pos]
-            v = -((1.0 + bk * (t - line.since)) / line.cost)
-            if v < b0 or (v == b0 and (v, line.qtime, line.rid) < bound):
-                stack += (2 * pos + 1, 2 * pos + 2)
-            else:
-                heapq.heappush(frontier, ((v, line.qtime, line.rid), pos, line.req))

@@ -16,139 +16,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from augserve.core.block_pool import BlockPool
-from augserve.core.config import SchedulerConfig
-from augserve.core.latency import LatencyModel
-from augserve.core.prediction import Prediction, Predictor
-from augserve.core.request import (
-    CallRecord,
-    ContextPolicy,
-    FinishReason,
-    Request,
-    RequestStatus,
-)
-from augserve.sched.budget import dynamic_token_budget
+from augserve.core.prediction import Prediction
+from augserve.core.request import CallRecord, ContextPolicy, FinishReason, Request, RequestStatus
 from augserve.sched.context_policy import choose_context_policy
-from augserve.sched.kv_manager import KVManager
-from augserve.sched.memory import MemoryManager
 from augserve.sched.output import (
-    FinishedRequest,
     SchedulerOutput,
-    SchedulerStats,
     SchedulerUpdate,
     StartedCall,
     StepEvent,
     StepResult,
 )
 from augserve.sched.packing import Packer, pack_batch
-from augserve.sched.policies import make_policy, uses_dynamic_budget
 from augserve.sched.ranking import RankQueue
-from augserve.sched.replan import Replanner
+from augserve.sched.state import SchedulerState
 
 
-class Scheduler:
-    def __init__(
-        self, config: SchedulerConfig, latency: LatencyModel, predictor: Predictor | None = None
-    ) -> None:
-        self.config = config
-        self.latency = latency
-        self.predictor = predictor
-        self.pool = BlockPool(config.num_device_blocks, config.num_host_blocks, config.block_size)
-        swap_budget = config.swap_budget_blocks or max(
-            1, latency.swap_tokens_per_iter() // config.block_size
-        )
-        self.memory = MemoryManager(KVManager(self.pool, swap_budget))
-        self.policy = make_policy(config, latency, self)
-        self.dynamic_budget = uses_dynamic_budget(config)
-        self._runnable: dict[str, Request] = {}  # WAITING, RUNNING, RESUMABLE_SWAPPED
-        # incremental ranking: runnable requests holding KV here, the others in the queue
-        self.queue: RankQueue | None = None
-        if config.incremental_ranking:
-            self.queue = self.policy.make_queue()
-        self._held: dict[str, Request] = {}
-        self._paused: dict[str, Request] = {}  # in an external call
-        self._aborted_in_call: set[str] = set()
-        self._update = SchedulerUpdate()
-        self._running_tokens = 0
-        self._running_batch = 0
-        self._replanner: Replanner | None = None  # INFERCEPT's per-iteration re-choice
-        if (
-            config.reevaluate_paused
-            and not self.policy.discard_on_call
-            and config.forced_context_policy is None
-        ):
-            self._replanner = Replanner(self.memory, latency, config.block_size)
-        self._last_budget = config.max_batch_tokens
-        self.iteration = 0
-        self.capacity_tokens = config.num_device_blocks * config.block_size
-
-    # --- queries -------------------------------------------------------------------
-    @property
-    def num_live(self) -> int:
-        return len(self._runnable) + len(self._paused)
-
-    @property
-    def num_held(self) -> int:
-        """Runnable requests holding KV (with incremental ranking; 0 without)."""
-        return len(self._held)
-
-    def has_runnable(self) -> bool:
-        return bool(self._runnable)
-
-    def num_in_calls(self) -> int:
-        return len(self._paused)
-
-    def is_paused(self, request_id: str) -> bool:
-        return request_id in self._paused
-
-    def running_tokens(self) -> int:
-        """Tokens held by running requests (L_other), as of the last `schedule()`."""
-        return self._running_tokens
-
-    def running_batch(self) -> int:
-        """Tokens the running requests compute next (1 per decoding request, the rest of
-        a prefill), as of the last `schedule()`: MARS's "running batch"."""
-        return self._running_batch
-
-    def token_budget(self) -> int:
-        cfg = self.config
-        if not self.dynamic_budget:
-            return cfg.max_batch_tokens
-        return dynamic_token_budget(
-            self.pool.num_free_device,
-            self.memory.reclaimable_blocks(),
-            cfg.block_size,
-            cfg.max_batch_tokens,
-            cfg.beta_low,
-            cfg.beta_high,
-        )
-
-    def stats(self) -> SchedulerStats:
-        counts = {s: 0 for s in RequestStatus}
-        swapped = 0
-        for r in (*self._runnable.values(), *self._paused.values()):
-            counts[r.status] += 1
-            swapped += bool(r.host_block_ids)
-        pool = self.pool
-        return SchedulerStats(
-            num_waiting=counts[RequestStatus.WAITING],
-            num_running=counts[RequestStatus.RUNNING] + counts[RequestStatus.RESUMABLE_SWAPPED],
-            num_paused={
-                "preserve": counts[RequestStatus.PAUSED_PRESERVED],
-                "swap": counts[RequestStatus.PAUSED_SWAPPED],
-                "discard": counts[RequestStatus.PAUSED_DISCARDED],
-            },
-            num_swapped=swapped,
-            device_blocks_used=pool.num_device_blocks - pool.num_free_device,
-            device_blocks_total=pool.num_device_blocks,
-            host_blocks_used=pool.num_host_blocks - pool.num_free_host,
-            host_blocks_total=pool.num_host_blocks,
-            token_budget=self._last_budget,
-        )
-
-    def live_requests(self) -> list[Request]:
-        """Every request in the scheduler (for invariant checks and reports)."""
-        return [*self._runnable.values(), *self._paused.values()]
+class Scheduler(SchedulerState):
+    """One scheduler for the simulator and the engine: arrivals, one iteration's
+    decision, the executor's reports, call returns and aborts (the module doc)."""
 
     # --- arrivals ------------------------------------------------------------------
     def add_request(
@@ -165,32 +50,6 @@ class Scheduler:
         self.policy.on_arrival(req, now)
         self._add_runnable(req, now)
         return self._take_update()
-
-    def _add_runnable(self, req: Request, now: float) -> None:
-        self._runnable[req.request_id] = req
-        if self.queue is None:
-            return
-        if req.block_ids or req.host_block_ids:
-            self._held[req.request_id] = req
-        else:
-            self.queue.add(req, now)
-
-    def _drop_runnable(self, req: Request) -> None:
-        if (
-            self._runnable.pop(req.request_id, None) is not None
-            and self.queue is not None
-            and self._held.pop(req.request_id, None) is None
-        ):
-            self.queue.remove(req)
-
-    def _apply_prediction(self, req: Request, prediction: Prediction | None) -> None:
-        if prediction is None and self.predictor is not None:
-            prediction = self.predictor.predict([req])[0]
-        if prediction is None:
-            prediction = Prediction(output_len=1.0, call_time=None)
-        req.pred_output_len = prediction.output_len
-        req.pred_call_time = prediction.call_time
-        req.pred_return_len = prediction.return_len
 
     # --- one iteration ---------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
@@ -240,46 +99,32 @@ class Scheduler:
                 del held[req.request_id]
                 queue.add(req, now)
 
-    def _count_running(self) -> None:
-        """L_other (tokens held by running requests) and MARS's running batch."""
-        tokens = batch = 0
-        running = RequestStatus.RUNNING
-        reqs = self._runnable if self.queue is None else self._held  # RUNNING holds KV
-        for r in reqs.values():
-            if r.status is running:
-                tokens += r.num_computed_tokens
-                batch += r.num_tokens - r.num_computed_tokens
-        self._running_tokens, self._running_batch = tokens, batch
-
-    def _forget_plan(self, request_id: str) -> None:
-        if self._replanner is not None:
-            self._replanner.forget(request_id)
-
     # --- executor reports --------------------------------------------------------------
     def update_from_output(
         self, out: SchedulerOutput, results: Mapping[str, StepResult], now: float
     ) -> SchedulerUpdate:
         """Apply one iteration's results (`now`: when it ended)."""
         elapsed = max(0.0, now - out.now)
-        get = results.get
-        for chunk in out.chunks:
+        get, capacity = results.get, self.capacity_tokens
+        finish, call = StepEvent.FINISH, StepEvent.CALL
+        for chunk in out.chunks:  # runs for every request of every iteration: kept lean
             req = chunk.request
             if req.finish_time is not None:
                 continue  # aborted while the iteration ran
             req.num_computed_tokens += chunk.num_tokens
             req.exec_time += elapsed
-            if chunk.sample:
-                self._apply_sample(req, get(req.request_id, _NO_EVENT), now)
+            if not chunk.sample:
+                continue
+            result = get(req.request_id, _NO_EVENT)
+            req.append_generated(result.token_id, now)
+            event = result.event
+            if event is finish:
+                self._finish(req, result.finish_reason, now)
+            elif req.num_tokens + 1 > capacity or req.generated_limit_reached():
+                self._finish(req, FinishReason.LENGTH, now)
+            elif event is call:
+                self._start_call(req, result, now)
         return self._take_update()
-
-    def _apply_sample(self, req: Request, result: StepResult, now: float) -> None:
-        req.append_generated(result.token_id, now)
-        if result.event is StepEvent.FINISH:
-            self._finish(req, result.finish_reason, now)
-        elif req.generated_limit_reached() or req.num_tokens + 1 > self.capacity_tokens:
-            self._finish(req, FinishReason.LENGTH, now)
-        elif result.event is StepEvent.CALL:
-            self._start_call(req, result, now)
 
     def _start_call(self, req: Request, result: StepResult, now: float) -> None:
         self._drop_runnable(req)
@@ -358,22 +203,6 @@ class Scheduler:
                 self._aborted_in_call.add(request_id)
             self._finish(req, FinishReason.ABORT, now)
         return self._take_update()
-
-    def _finish(self, req: Request, reason: FinishReason, now: float) -> None:
-        self.memory.free(req)
-        self._drop_runnable(req)
-        self._paused.pop(req.request_id, None)
-        self._forget_plan(req.request_id)
-        req.status = reason.status
-        req.finish_reason = reason
-        req.finish_time = now
-        self.policy.forget(req.request_id)
-        self._update.finished.append(FinishedRequest(req, reason))
-        self._update.kv_freed.append(req.request_id)
-
-    def _take_update(self) -> SchedulerUpdate:
-        upd, self._update = self._update, SchedulerUpdate()
-        return upd
 
 
 _NO_EVENT = StepResult()  # what a sampling chunk without a result reports

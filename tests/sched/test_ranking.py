@@ -150,3 +150,48 @@ def test_kinetic_queue_is_exact_for_nearly_parallel_lines(lines, times):
         q.add(req, 1000.0)
     for now in sorted(1000.0 + t for t in times):
         assert q.ordered(now) == sorted(reqs, key=lambda r: key(r, now))
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.integers(1, 400),  # queued requests: small heaps walk, large ones take the vector pass
+    st.lists(  # the scan's moves: ("pop",) or ("skip", i): skip below the key of sorted[i]
+        st.one_of(st.just(("pop", 0)), st.tuples(st.just("skip"), st.integers(0, 400))),
+        max_size=12,
+    ),
+    st.integers(0, 2**32 - 1),
+)
+def test_kinetic_scan_skip_below_matches_a_sorted_list(size, moves, seed):
+    # what the packer does while memory comes and goes: pop some, skip below the key of
+    # the last request offered; the scan must then yield exactly the rest of the sort
+    rng = random.Random(seed)
+    bk = 0.05
+    cost: dict[str, float] = {}
+    key = _line_key(bk, cost)
+    q = KineticQueue(bk, lambda r: cost[r.request_id])
+    reqs = []
+    for i in range(size):
+        req = Request(f"r{i:03d}", arrival_time=float(rng.randint(0, 3)), prompt_len=1)
+        req.last_scheduled_time = rng.choice([0.0, 1.0, rng.uniform(0.0, 5.0)])
+        cost[req.request_id] = rng.choice([1.0, 2.0, rng.uniform(0.5, 50.0)])  # ties too
+        reqs.append(req)
+        q.add(req, 5.0)
+    now = 5.0 + rng.choice([0.0, 0.5, 40.0])
+    want = sorted(reqs, key=lambda r: key(r, now))
+    scan, at = q.scan(now), 0  # `at`: index in `want` of the next request to yield
+    for move, i in moves:
+        if move == "pop":
+            if at < len(want):
+                assert scan.peek() == (key(want[at], now), want[at])
+                scan.pop()
+                at += 1
+        else:
+            bound = key(want[min(i, size - 1)], now)
+            bound = bound if i < size else (bound[0], bound[1], bound[2] + "~")  # past all
+            scan.skip_below(bound)
+            at = max(at, sum(key(r, now) < bound for r in want))
+    rest = []
+    while (top := scan.peek()) is not None:
+        rest.append(top[1])
+        scan.pop()
+    assert rest == want[at:]
