@@ -176,6 +176,18 @@ def toolbench_alt(path: Path) -> str:
     return str(path)
 
 
+def learned_predictor(out: Path) -> str:
+    """The learned predictor (metadata only, no MiniLM), trained on 80% of the INFERCEPT
+    trace's requests (the CLI's default split), written to OUT/predictor once."""
+    path = out / "predictor"
+    if not (path / "manifest.json").exists():
+        from augserve.cli import main as cli
+
+        trace = str(default_trace_path())
+        cli(["predictor", "train", "--trace", trace, "--out", str(path), "--no-embed"])
+    return f"learned:{path}"
+
+
 def heldout_points(seeds: Sequence[int], window: float, out: Path) -> list[BenchPoint]:
     trace = str(default_trace_path())
     oneapi = str(default_trace_path().parent / "diverse_oneapi_merged_exp_uniform.json")
@@ -191,6 +203,7 @@ def heldout_points(seeds: Sequence[int], window: float, out: Path) -> list[Bench
         ("one-call trace", replace(base, trace=oneapi), (20.0,)),
         ("gamma CV 2", replace(base, arrival="gamma:2"), (5.0,)),
         ("noisy:0.5 predictor", replace(base, predictor="noisy:0.5"), (6.0,)),
+        ("learned predictor", replace(base, predictor=learned_predictor(out)), (6.0,)),
     ]
     return [
         replace(b, policy=p, rate=r, seed=s)
@@ -214,7 +227,8 @@ COLUMNS = (
 
 def _setting(r: Row) -> tuple[Any, ...]:
     trace = Path(r["trace"]).stem if r.get("trace") else r.get("workload")
-    return (r["profile"], trace, r["arrival"], r["predictor"], float(r["rate"]))
+    pred = "learned" if str(r["predictor"]).startswith("learned:") else r["predictor"]
+    return (r["profile"], trace, r["arrival"], pred, float(r["rate"]))
 
 
 def _stat(xs: Sequence[float]) -> str:
