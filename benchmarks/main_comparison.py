@@ -199,11 +199,13 @@ def ablation_table(main: Sequence[Row], ablation: Sequence[Row], profile: str) -
             if r["profile"] == profile and r.get("overrides") == tag
         }
         for p in policies:
-            if not all((p, rate) in rev for rate in rates):
+            ran = [rate for rate in rates if (p, rate) in rev]  # a cut-short run: "-"
+            if not ran:
                 continue
-            final = [by[(profile, p, rate)]["goodput"] for rate in rates]
-            back = [rev[(p, rate)]["goodput"] for rate in rates]
-            cells = " / ".join(f"{f:.2f} -> {b:.2f}" for f, b in zip(final, back, strict=True))
+            final = [by[(profile, p, rate)]["goodput"] for rate in ran]
+            back = [rev[(p, rate)]["goodput"] for rate in ran]
+            got = {r: f"{f:.2f} -> {b:.2f}" for r, f, b in zip(ran, final, back, strict=True)}
+            cells = " / ".join(got.get(rate, "-") for rate in rates)
             g = _ratio(final, back)
             out.append(f"| {label} | {p} | {cells} | {_f(g, '.2f')}x |")
     # change 2: ssjf (vLLM's handling) against ssjf-infercept, already in the main table
