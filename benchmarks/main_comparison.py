@@ -115,6 +115,13 @@ def _f(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _x(ratio: float | None) -> str:
+    """A ratio: two decimals, two significant digits below 0.1."""
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
+
+
 def _geomean(xs: Sequence[float]) -> float | None:
     xs = [x for x in xs if x > 0 and math.isfinite(x)]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -204,17 +211,17 @@ def ablation_table(main: Sequence[Row], ablation: Sequence[Row], profile: str) -
                 continue
             final = [by[(profile, p, rate)]["goodput"] for rate in ran]
             back = [rev[(p, rate)]["goodput"] for rate in ran]
-            got = {r: f"{f:.2f} -> {b:.2f}" for r, f, b in zip(ran, final, back, strict=True)}
+            got = {r: f"{f:.3f} -> {b:.3f}" for r, f, b in zip(ran, final, back, strict=True)}
             cells = " / ".join(got.get(rate, "-") for rate in rates)
             g = _ratio(final, back)
-            out.append(f"| {label} | {p} | {cells} | {_f(g, '.2f')}x |")
+            out.append(f"| {label} | {p} | {cells} | {_x(g)} |")
     # change 2: ssjf (vLLM's handling) against ssjf-infercept, already in the main table
     ssjf = [by[(profile, "ssjf", r)]["goodput"] for r in rates]
     inf = [by[(profile, "ssjf-infercept", r)]["goodput"] for r in rates]
-    cells = " / ".join(f"{a:.2f} -> {b:.2f}" for a, b in zip(ssjf, inf, strict=True))
+    cells = " / ".join(f"{a:.3f} -> {b:.3f}" for a, b in zip(ssjf, inf, strict=True))
     out.append(
         f"| 2. ssjf with vLLM's call handling (revert: INFERCEPT's, `ssjf-infercept`) | ssjf "
-        f"| {cells} | {_f(_ratio(ssjf, inf), '.2f')}x |"
+        f"| {cells} | {_x(_ratio(ssjf, inf))} |"
     )
     return "\n".join(out)
 
