@@ -29,6 +29,8 @@ from augserve.sched.replan import Replanner
 
 
 class SchedulerState:
+    """The state `Scheduler` works on (see the module doc); never used on its own."""
+
     def __init__(
         self, config: SchedulerConfig, latency: LatencyModel, predictor: Predictor | None = None
     ) -> None:
