@@ -40,6 +40,7 @@ POLICIES = ("vllm", "infercept", "ssjf", "ssjf-infercept", "mars", "augserve")
 WINDOW = 1800.0
 ROOT = Path(__file__).resolve().parent.parent
 
+HOST_LINK = "host-link"  # MARS's swap rate: the profile's host link, in V2's blocks per second
 # change -> (policies it touches, the override that reverts it alone)
 ABLATION: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], ...] = (
     ("1. beta_high 1.0 (revert: 2.0)", ("augserve",), (("beta_high", "2.0"),)),
@@ -50,7 +51,7 @@ ABLATION: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], ...] =
     ("3. after = interval + returned (revert: interval)", ("mars",),
      (("mars_after_returned", "false"),)),
     ("3. swap rate 2 blocks/s (revert: the profile's host link)", ("mars",),
-     (("mars_swap_rate", "none"),)),
+     (("mars_swap_rate", HOST_LINK),)),
     ("3. quantum 100,000 (revert: 10)", ("mars",), (("mars_quantum", "10"),)),
     ("3. boost ahead of waiting only (revert: of running too)", ("mars",),
      (("mars_boost_running", "true"),)),
@@ -69,6 +70,19 @@ PAPER = {
 }
 
 
+def resolve(overrides: tuple[tuple[str, str], ...], profile: str) -> tuple[tuple[str, str], ...]:
+    """The overrides for `profile`: HOST_LINK becomes the profile's own swap rate in V2's
+    64-token blocks per second (what `mars_swap_rate=None` means; a `--set` of None
+    would leave the default of 2 in place)."""
+    from augserve.profiles import load_profile
+    from augserve.sched.policies.mars_score import BLOCK
+
+    def value(v: str) -> str:
+        return repr(1.0 / load_profile(profile).swap_time(BLOCK)) if v == HOST_LINK else v
+
+    return tuple((k, value(v)) for k, v in overrides)
+
+
 def points(
     policies: Iterable[str],
     profile: str,
@@ -76,6 +90,7 @@ def points(
     rates: Sequence[float] = RATES,
 ) -> list[BenchPoint]:
     trace = str(default_trace_path())
+    overrides = resolve(overrides, profile)
     return [
         BenchPoint(p, r, trace=trace, profile=profile, window=WINDOW, overrides=overrides)
         for p in policies
@@ -199,7 +214,7 @@ def ablation_table(main: Sequence[Row], ablation: Sequence[Row], profile: str) -
         "|---|---|---|---|",
     ]
     for label, policies, over in ABLATION:
-        tag = ",".join(f"{k}={v}" for k, v in over)
+        tag = ",".join(f"{k}={v}" for k, v in resolve(over, profile))
         rev = {
             (r["policy"], float(r["rate"])): r
             for r in ablation

@@ -23,7 +23,7 @@ def _module() -> Any:
 
 
 def _row(policy: str, rate: float, goodput: float, overrides: str = "") -> dict[str, Any]:
-    return {"profile": "p", "policy": policy, "rate": rate, "goodput": goodput,
+    return {"profile": "opt-13b-h800", "policy": policy, "rate": rate, "goodput": goodput,
             "overrides": overrides}  # fmt: skip
 
 
@@ -39,7 +39,7 @@ def test_ablation_table_marks_rates_a_cut_short_run_did_not_reach() -> None:
         _row("augserve", 6.0, 0.5, "beta_high=2.0"),
         _row("augserve", 3.0, 4.0, "segment_cost=true"),  # its rate 6 did not run
     ]
-    lines = mc.ablation_table(main, ablation, "p").splitlines()
+    lines = mc.ablation_table(main, ablation, "opt-13b-h800").splitlines()
     assert "3 / 6 req/s" in lines[0]
     beta = next(line for line in lines if line.startswith("| 1. beta_high"))
     assert "| 2.000 -> 1.000 / 2.000 -> 0.500 | 2.83x |" in beta  # geomean of 2x and 4x
@@ -48,3 +48,19 @@ def test_ablation_table_marks_rates_a_cut_short_run_did_not_reach() -> None:
     assert not any("V2 block triangle" in line for line in lines)  # no row ran
     ssjf = next(line for line in lines if line.startswith("| 2. ssjf"))
     assert "| 0.500 -> 1.000 / 0.500 -> 1.000 | 0.50x |" in ssjf
+
+
+def test_swap_rate_revert_is_the_profiles_host_link_not_the_default() -> None:
+    # `mars_swap_rate=None` would be dropped by scheduler_config_for (None: not given),
+    # leaving V2's 2 blocks/s in place: the revert names the profile's rate instead
+    from augserve.bench.runner import point_scheduler_config
+    from augserve.profiles import load_profile
+    from augserve.sched.policies.mars_score import BLOCK
+
+    mc = _module()
+    for name in mc.PROFILES:
+        pt = mc.points(["mars"], name, (("mars_swap_rate", mc.HOST_LINK),), [3.0])[0]
+        profile = load_profile(name)
+        rate = point_scheduler_config(pt, profile).mars_swap_rate
+        assert rate == 1.0 / profile.swap_time(BLOCK)
+        assert rate > 100.0  # blocks per second: nothing like V2's hard-coded 2
