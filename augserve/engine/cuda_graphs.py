@@ -59,12 +59,12 @@ class DecodeGraphs:
         self.forward, self.caches, self.compiled = forward, caches, compiled
         self.block_size, self.max_batch, self.max_width = block_size, max_batch, max_width
         self.scratch = scratch_block
-        long = dict(dtype=torch.long, device=device)
-        self.ids = torch.zeros(max_batch, **long)  # type: ignore[arg-type]
-        self.pos = torch.zeros(max_batch, **long)  # type: ignore[arg-type]
-        self.slots = torch.zeros(max_batch, **long)  # type: ignore[arg-type]
-        self.lens = torch.ones(max_batch, **long)  # type: ignore[arg-type]
-        self.tables = torch.zeros(max_batch, max_width, **long)  # type: ignore[arg-type]
+
+        def buf(*shape: int) -> torch.Tensor:  # a static input (filled by `_pad`)
+            return torch.zeros(shape, dtype=torch.long, device=device)
+
+        self.ids, self.pos, self.slots, self.lens = (buf(max_batch) for _ in range(4))
+        self.tables = buf(max_batch, max_width)
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
 

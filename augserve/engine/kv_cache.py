@@ -112,9 +112,10 @@ class KVCache:
                 staged.append((host_t, buf.copy_(moved, non_blocking=pinned)))
         if pinned:
             torch.cuda.synchronize(self.device)
-        dst_t = torch.tensor(dst)
-        for host_t, buf in staged:
-            host_t.index_copy_(0, dst_t, buf)
+        if staged:
+            dst_t = torch.tensor(dst)
+            for host_t, buf in staged:
+                host_t.index_copy_(0, dst_t, buf)
 
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
         """Copy host blocks to device blocks: pairs of (host_block, device_block).
@@ -128,7 +129,7 @@ class KVCache:
         src = [p[0] for p in pairs]
         dst = torch.tensor([p[1] for p in pairs], device=self.device)
         run, pinned = _as_run(src), self.device.type == "cuda"
-        src_t = torch.tensor(src)
+        src_t = torch.tensor(src) if run is None else None
         for dev_t, host_t in zip(
             self.k_caches + self.v_caches, self.k_host + self.v_host, strict=True
         ):
@@ -137,6 +138,7 @@ class KVCache:
             else:
                 shape = (len(src), *host_t.shape[1:])
                 moved = torch.empty(shape, dtype=host_t.dtype, pin_memory=pinned)
+                assert src_t is not None
                 torch.index_select(host_t, 0, src_t, out=moved)
             dev_t.index_copy_(0, dst, moved.to(self.device, non_blocking=pinned))
 
