@@ -1,0 +1,52 @@
+"""The vs-vLLM tool benchmark's target check, on hand-made rows (no server)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("httpx")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "vs_vllm"))
+
+import bench_tools_report as rep  # noqa: E402
+
+
+def _row(rate: float, engine: str, met: int, n: int, window: float = 30.0) -> dict[str, Any]:
+    m = {
+        "num_requests": n,
+        "num_met_slo": met,
+        "slo_attainment": met / n,
+        "goodput_per_arrival_s": met / window,
+        "arrival_window_s": window,
+    }
+    return {"rate": rate, "engine": engine, "metrics": m}
+
+
+def test_target_is_judged_at_the_first_rate_below_half_and_names_the_ceiling() -> None:
+    rows = [
+        _row(4, "vllm", 90, 120),  # 75%: not the rate the target is judged at
+        _row(4, "augserve:augserve", 120, 120),
+        _row(5, "vllm", 70, 150),  # 47%: the first rate below 50%
+        _row(5, "augserve:augserve", 120, 150),
+    ]
+    text = rep.target(rows)
+    assert "at 5 req/s" in text and "MISSED" in text
+    assert "1.71x" in text  # 120 / 70
+    # every one of the 150 requests meeting the SLO: 5 req/s against vLLM's 70/30
+    assert "2.14x (5.000 req/s)" in text
+
+
+def test_target_met_and_the_old_results_without_the_window_field() -> None:
+    rows = [_row(6, "vllm", 40, 180), _row(6, "augserve:augserve", 125, 180)]  # 3.125x
+    for r in rows:
+        del r["metrics"]["arrival_window_s"]  # derived from goodput and met count
+    text = rep.target(rows)
+    assert "3.13x, MET" in text and "4.50x (6.000 req/s)" in text
+
+
+def test_target_not_testable_when_vllm_keeps_half() -> None:
+    rows = [_row(2, "vllm", 55, 60), _row(2, "augserve:augserve", 60, 60)]
+    assert rep.target(rows).startswith("target not testable")
