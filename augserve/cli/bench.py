@@ -153,7 +153,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--set",
-        type=_override,
+        type=scheduler_override,
         action="append",
         default=[],
         metavar="KEY=VALUE",
@@ -190,7 +190,8 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _override(text: str) -> tuple[str, str]:
+def scheduler_override(text: str) -> tuple[str, str]:
+    """`--set KEY=VALUE`: a SchedulerConfig field, checked as it is parsed."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argtypes.Bad(f"want KEY=VALUE, got {text!r}")

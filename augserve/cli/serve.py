@@ -114,6 +114,14 @@ def add_parser(subparsers: Any) -> None:
         "--slo-norm-latency", type=_positive_float, default=0.1, help="seconds per generated token"
     )
     p.add_argument(
+        "--set",
+        type=_scheduler_override,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other SchedulerConfig field, e.g. slo_reserve=0.05 or beta=1e-6 (repeatable)",
+    )
+    p.add_argument(
         "--allow-scripted-tools",
         action="store_true",
         help="accept scripted tool plans (augserve_segments) on /v1/completions (benchmarks)",
@@ -122,6 +130,12 @@ def add_parser(subparsers: Any) -> None:
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
     )
     p.set_defaults(func=_serve)
+
+
+def _scheduler_override(text: str) -> tuple[str, str]:
+    from augserve.cli.bench import scheduler_override
+
+    return scheduler_override(text)
 
 
 def _auto_dtype(model_dir: str) -> str | None:
@@ -139,6 +153,7 @@ def _auto_dtype(model_dir: str) -> str | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from augserve.bench.runner import parse_overrides
     from augserve.core.metrics import SLOConfig
     from augserve.engine.async_engine import AsyncLLMEngine
     from augserve.engine.builder import EngineArgs, build_engine
@@ -171,6 +186,7 @@ def _serve(args: argparse.Namespace) -> int:
         profile=args.profile,
         num_threads=args.threads,
         seed=args.seed,
+        scheduler=parse_overrides(args.set),
     )
     limits = ServerLimits(
         args.max_body_bytes, args.max_tokens_limit, shutdown_grace=args.shutdown_grace

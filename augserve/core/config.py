@@ -55,6 +55,9 @@ class SchedulerConfig:
         every runnable request each iteration (False); both offer the batch in exactly
         the same order.
     predictor: `oracle`, `noisy:P` or `learned:DIR`, resolved by the faces.
+    slo_reserve: `augserve-slo`'s rescue reserve, in rescues per second of the oldest
+        requests that can no longer meet their SLO (`sched/rescue.py`); None takes the
+        policy's own (0: none). Other policies ignore it.
     """
 
     policy: str = "augserve"
@@ -81,6 +84,7 @@ class SchedulerConfig:
     mars_boost_running: bool = False
     incremental_ranking: bool = True
     predictor: str = "oracle"
+    slo_reserve: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or not self.policy:
@@ -98,6 +102,8 @@ class SchedulerConfig:
             raise ValueError(f"SchedulerConfig.beta_low must be in (0, 1], got {self.beta_low}")
         if self.beta_high < 1:
             raise ValueError(f"SchedulerConfig.beta_high must be >= 1, got {self.beta_high}")
+        if self.slo_reserve is not None and not self.slo_reserve >= 0:
+            raise ValueError(f"SchedulerConfig.slo_reserve must be >= 0, got {self.slo_reserve}")
         if not self.predictor or not isinstance(self.predictor, str):
             raise ValueError(
                 f"SchedulerConfig.predictor must be a spec string, got {self.predictor!r}"

@@ -128,3 +128,16 @@ def test_incremental_ranking_decides_as_a_full_sort_with_a_reserve(
     assert n > 5  # the reserve did rescue requests along the way
     assert decisions(_Reserved.name, True, seed) == full
     assert rescued[n:] == rescued[:n]  # the same requests, in the same order
+
+
+def test_the_reserve_is_a_scheduler_option() -> None:
+    """`SchedulerConfig.slo_reserve` (`--set slo_reserve=R`) decides exactly as a policy
+    whose own reserve is R, and 0 turns a policy's own reserve off."""
+    POLICIES.setdefault(_Reserved.name, _Reserved)
+    by_option = decisions("augserve-slo", True, 1, slo_reserve=_Reserved.reserve)
+    assert by_option == decisions(_Reserved.name, True, 1)
+    plain = decisions("augserve-slo", True, 1)
+    assert by_option != plain  # the reserve changed some decision
+    assert decisions(_Reserved.name, True, 1, slo_reserve=0.0) == plain
+    with pytest.raises(ValueError, match="slo_reserve"):
+        SchedulerConfig(slo_reserve=-0.1)

@@ -62,6 +62,25 @@ def test_flags_follow_vllm() -> None:
         build_parser().parse_args(["serve", "--port", "70000"])
 
 
+def test_set_passes_scheduler_fields_and_rejects_unknown_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from augserve.bench.runner import parse_overrides
+    from augserve.engine.builder import EngineArgs
+
+    args = build_parser().parse_args(
+        ["serve", "--policy", "augserve-slo", "--set", "slo_reserve=0.05", "--set", "beta=1e-6"]
+    )
+    over = parse_overrides(args.set)
+    assert over == {"slo_reserve": 0.05, "beta": 1e-6}
+    cfg = EngineArgs(model="m", policy=args.policy, scheduler=over).scheduler_config()
+    assert (cfg.policy, cfg.slo_reserve, cfg.beta) == ("augserve-slo", 0.05, 1e-6)
+    for bad in ("no_such_field=1", "slo_reserve", "beta=fast"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", "--set", bad])
+    assert "no_such_field" in capsys.readouterr().err
+
+
 def test_auto_dtype_is_the_saved_one(tmp_path: Path) -> None:
     from augserve.cli.serve import _auto_dtype
 

@@ -18,7 +18,8 @@ persistent queue (`sched/triage.py`) follows it exactly. Preemption under
 memory pressure keeps AugServe's non-aging key (the cost): the class does not
 decide who may take whose KV.
 
-With a rescue reserve (`reserve` > 0 requests per second, `sched/rescue.py`)
+With a rescue reserve (`reserve` > 0 requests per second, `sched/rescue.py`; set by
+`SchedulerConfig.slo_reserve`, e.g. `--set slo_reserve=0.05`)
 the oldest lost requests without a first token are rescued at that rate:
 ranked before every other request (by arrival) until they finish.
 """
@@ -45,7 +46,9 @@ class SlackPolicy(AugServePolicy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.target = SLOTarget.for_latency(self.latency)
-        self.rescue = RescueReserve(self.reserve) if self.reserve > 0 else None
+        own = self.config.slo_reserve
+        rate = self.reserve if own is None else own
+        self.rescue = RescueReserve(rate) if rate > 0 else None
         self.needs_after_schedule = self.rescue is not None
         self._queue: TriageQueue | None = None
 
