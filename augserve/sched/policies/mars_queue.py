@@ -195,8 +195,14 @@ class MARSQueue(RankQueue):
         return (int(tier[slot]), float(score[slot]), float(qtime[slot]), req.request_id)
 
     def _extend(self) -> None:
-        """The full order, once a scan reads past the sorted top."""
-        self._order = self._ordered(np.nonzero(self._keys[0] != DEAD)[0])
+        """The full order, once a scan reads past the sorted top. The sorted top stays
+        as it is, slots removed since the sort included (a scan's position counts
+        them), and the rest follows it: rebuilding the whole order without the
+        removed slots would shift every position after them, and a scan would skip
+        as many requests."""
+        top = set(self._order)
+        rest = self._ordered(np.nonzero(self._keys[0] != DEAD)[0])
+        self._order = self._order + [slot for slot in rest if slot not in top]
         self._partial = False
 
     def scan(self, now: float) -> QueueScan:
