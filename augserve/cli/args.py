@@ -156,6 +156,21 @@ def arrival_arg(text: str) -> str:
     return text
 
 
+def scheduler_override(text: str) -> tuple[str, str]:
+    """`--set KEY=VALUE`: a SchedulerConfig field, checked as it is parsed."""
+    from augserve.bench.runner import parse_overrides
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise Bad(f"want KEY=VALUE, got {text!r}")
+    pair = (key.strip(), value.strip())
+    try:
+        parse_overrides([pair])
+    except ValueError as exc:
+        raise Bad(str(exc).removeprefix("--set: ")) from None
+    return pair
+
+
 def trace_file(text: str) -> str:
     """An existing, readable trace file (its format is checked when it is loaded)."""
     path = Path(text)

@@ -30,7 +30,6 @@ from augserve.bench.runner import (
     Row,
     default_trace_path,
     expand_points,
-    parse_overrides,
 )
 from augserve.cli import HelpFormatter
 from augserve.cli import args as argtypes
@@ -153,7 +152,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--set",
-        type=scheduler_override,
+        type=argtypes.scheduler_override,
         action="append",
         default=[],
         metavar="KEY=VALUE",
@@ -188,19 +187,6 @@ def add_parser(subparsers: Any) -> None:
         help="multiply arrival times, call durations and the window (the engine runs in real time)",
     )
     p.set_defaults(func=run)
-
-
-def scheduler_override(text: str) -> tuple[str, str]:
-    """`--set KEY=VALUE`: a SchedulerConfig field, checked as it is parsed."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argtypes.Bad(f"want KEY=VALUE, got {text!r}")
-    pair = (key.strip(), value.strip())
-    try:
-        parse_overrides([pair])
-    except ValueError as exc:
-        raise argtypes.Bad(str(exc).removeprefix("--set: ")) from None
-    return pair
 
 
 def points_from_args(args: argparse.Namespace) -> list[BenchPoint]:

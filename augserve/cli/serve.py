@@ -12,6 +12,8 @@ import logging
 import os
 from typing import Any
 
+from augserve.cli import args as argtypes
+
 API_KEY_ENV = "AUGSERVE_API_KEY"
 _DTYPES = {
     "auto": None,
@@ -115,7 +117,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--set",
-        type=_scheduler_override,
+        type=argtypes.scheduler_override,
         action="append",
         default=[],
         metavar="KEY=VALUE",
@@ -130,12 +132,6 @@ def add_parser(subparsers: Any) -> None:
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
     )
     p.set_defaults(func=_serve)
-
-
-def _scheduler_override(text: str) -> tuple[str, str]:
-    from augserve.cli.bench import scheduler_override
-
-    return scheduler_override(text)
 
 
 def _auto_dtype(model_dir: str) -> str | None:
