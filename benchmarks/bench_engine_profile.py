@@ -32,7 +32,7 @@ from augserve.engine.model_runner import ModelRunner, RunnerConfig, SeqChunk
 from augserve.engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
-LINEAR = {"aten::mm", "aten::addmm", "aten::bmm"}
+LINEAR = {"aten::mm", "aten::addmm", "aten::bmm", "mkldnn::_linear_pointwise"}
 
 
 def decode_steps(runner: ModelRunner, batch: int, context: int) -> Any:

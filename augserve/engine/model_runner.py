@@ -19,6 +19,7 @@ from augserve.engine.kv_cache import KVCache, KVCacheConfig
 from augserve.engine.loader import WeightSource, load_config
 from augserve.engine.models import CausalLM, model_class
 from augserve.engine.ops import compile_regions, compile_wanted, cuda_graphs_wanted, mark_dynamic
+from augserve.engine.prepack import prepack_wanted
 from augserve.engine.sampler import Sampler
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import read_eos_token_ids
@@ -75,6 +76,7 @@ class RunnerConfig:
     kv: KVCacheConfig = field(default_factory=lambda: KVCacheConfig(num_device_blocks=256))
     num_threads: int | None = None
     compile: bool | None = None
+    prepack: bool | None = None  # oneDNN-packed linear weights; see prepack.prepack_wanted
     cuda_graphs: bool | None = (
         None  # decode steps as CUDA graphs; None: AUGSERVE_CUDA_GRAPHS, else on for CUDA
     )
@@ -141,6 +143,9 @@ class ModelRunner:
         m = self.model
         n_params = sum(p.numel() for p in m.parameters())
         self.compiled = compile_wanted(cfg.compile, n_params, self.device)
+        self.prepacked = prepack_wanted(cfg.prepack, n_params, self.device, self.dtype)
+        if self.prepacked:
+            m.prepack()
         self._decode_forward = None
         if self.compiled:  # see run_model
             compile_regions(m.regions())

@@ -40,6 +40,7 @@ def augserve_generator(a: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         "max_num_batched_tokens": a.max_batch_tokens,
         "block_size": a.block_size,
         "attention": getattr(runner, "attention_backend", "?"),
+        "prepacked_linears": getattr(runner, "prepacked", "?"),
         "vocab": runner.vocab_size,
     }
     return generate, info

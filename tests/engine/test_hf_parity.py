@@ -33,9 +33,11 @@ def untied(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def _runner(d: Path, compile: bool = False, host_blocks: int = 0) -> ModelRunner:
+def _runner(
+    d: Path, compile: bool = False, host_blocks: int = 0, prepack: bool = False
+) -> ModelRunner:
     kv = KVCacheConfig(block_size=8, num_device_blocks=128, num_host_blocks=host_blocks)
-    return ModelRunner(RunnerConfig(str(d), "fp32", DEVICE, kv, compile=compile))
+    return ModelRunner(RunnerConfig(str(d), "fp32", DEVICE, kv, compile=compile, prepack=prepack))
 
 
 def _prefill(r: ModelRunner, tokens: list[int], table: list[int], chunk: int = 7) -> int:
@@ -105,6 +107,33 @@ def test_compiled_path_matches_hf(untied: dict[str, Path]) -> None:
     assert r.attention_backend == "paged-compiled"
     prompts = make_prompts(3, r.vocab_size, seed=9)
     assert run_greedy(r, prompts, 24, chunk=7, stagger=1) == [hf_greedy(d, p, 24) for p in prompts]
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="oneDNN prepacking is for the CPU")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prepacked_linears_match_hf(untied: dict[str, Path], arch: str) -> None:
+    """Every projection and the LM head on oneDNN-prepacked weights: HF's greedy ids,
+    alone and chunked among other sequences' decodes; compiled too for Llama."""
+    d = untied[arch]
+    r = _runner(d, prepack=True)
+    assert r.prepacked
+    prompts = make_prompts(4, r.vocab_size, seed=3)
+    refs = [hf_greedy(d, p, 32) for p in prompts]
+    assert run_greedy(r, prompts, 32, chunk=7, stagger=2) == refs
+    if arch == "llama":
+        rc = _runner(d, compile=True, prepack=True)
+        assert run_greedy(rc, prompts, 32, chunk=7, stagger=1) == refs
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="oneDNN prepacking is for the CPU")
+@pytest.mark.parametrize("variant", ["qwen2_bias", "opt"])
+def test_prepacked_tied_lm_head_matches_hf(model_dirs: dict[str, Path], variant: str) -> None:
+    """A tied LM head (the input embedding) is packed too, and still embeds."""
+    d = model_dirs[variant]
+    r = _runner(d, prepack=True)
+    assert r.model.logits_prepacked
+    prompt = make_prompts(1, r.vocab_size, seed=7)[0]
+    assert run_greedy(r, [prompt], STEPS)[0] == hf_greedy(d, prompt, STEPS)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

@@ -11,6 +11,7 @@ from torch import nn
 from augserve.engine.attention import AttentionMetadata
 from augserve.engine.loader import WeightSource
 from augserve.engine.models.layers import DecoderLayer
+from augserve.engine.prepack import pack_weight, prepack_linears
 
 _MISSING = object()
 
@@ -55,6 +56,7 @@ class CausalLM(nn.Module, ABC):
     head_dim: int
     vocab_size: int
     max_model_len: int
+    logits_prepacked: bool = False  # the tied LM head runs through its packed copy
 
     @abstractmethod
     def forward(  # type: ignore[override]
@@ -79,3 +81,18 @@ class CausalLM(nn.Module, ABC):
         """The modules to compile: each decoder layer's attn_in and attn_out."""
         layers = [m for m in self.modules() if isinstance(m, DecoderLayer)]
         return [r for layer in layers for r in (layer.attn_in, layer.attn_out)]
+
+    def tied_head(self) -> torch.Tensor | None:
+        """The input embedding when it doubles as the LM head, else None."""
+        return None
+
+    def prepack(self) -> int:
+        """Prepack every linear layer's weight for oneDNN (CPU, fp32; see
+        engine/prepack.py), the tied LM head included; returns how many."""
+        n = prepack_linears(self)
+        tied = self.tied_head()
+        if tied is not None:
+            pack_weight(tied)
+            self.logits_prepacked = True
+            n += 1
+        return n

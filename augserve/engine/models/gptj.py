@@ -19,6 +19,7 @@ from augserve.engine.models.layers import (
     split_qkv,
 )
 from augserve.engine.ops import rotate
+from augserve.engine.prepack import Linear
 
 
 class GPTJAttnIn(nn.Module):
@@ -29,9 +30,9 @@ class GPTJAttnIn(nn.Module):
         h = c["hidden"]
         self.heads, self.head_dim, self.rot = c["heads"], c["head_dim"], c["rot"]
         self.ln_1 = nn.LayerNorm(h, eps=c["eps"])
-        self.qkv_proj = nn.Linear(h, 3 * h, bias=False)
-        self.fc_in = nn.Linear(h, c["inner"])
-        self.fc_out = nn.Linear(c["inner"], h)
+        self.qkv_proj = Linear(h, 3 * h, bias=False)
+        self.fc_in = Linear(h, c["inner"])
+        self.fc_out = Linear(c["inner"], h)
         self.act = act_fn(c["act"])
 
     def forward(
@@ -48,7 +49,7 @@ class GPTJAttnOut(nn.Module):
 
     def __init__(self, c: dict[str, Any]) -> None:
         super().__init__()
-        self.o_proj = nn.Linear(c["hidden"], c["hidden"], bias=False)
+        self.o_proj = Linear(c["hidden"], c["hidden"], bias=False)
 
     def forward(self, x: torch.Tensor, attn: torch.Tensor, mlp: torch.Tensor) -> torch.Tensor:
         return x + self.o_proj(attn) + mlp
@@ -91,7 +92,7 @@ class GPTJForCausalLM(CausalLM):
             DecoderLayer(GPTJAttnIn(c), GPTJAttnOut(c), c["head_dim"]) for _ in range(c["layers"])
         )
         self.ln_f = nn.LayerNorm(c["hidden"], eps=c["eps"])
-        self.lm_head = nn.Linear(c["hidden"], c["vocab"])
+        self.lm_head = Linear(c["hidden"], c["vocab"])
 
     def forward(  # type: ignore[override]
         self,

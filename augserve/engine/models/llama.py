@@ -20,6 +20,7 @@ from augserve.engine.models.layers import (
     split_qkv,
 )
 from augserve.engine.ops import rms_norm, rotate, silu_and_mul
+from augserve.engine.prepack import Linear, linear
 
 
 class LlamaAttnIn(nn.Module):
@@ -30,7 +31,7 @@ class LlamaAttnIn(nn.Module):
         self.heads, self.kv_heads, self.head_dim = c["heads"], c["kv_heads"], c["head_dim"]
         self.input_layernorm = RMSNorm(c["hidden"], c["eps"])
         qkv_out = (c["heads"] + 2 * c["kv_heads"]) * c["head_dim"]
-        self.qkv_proj = nn.Linear(c["hidden"], qkv_out, bias=c["qkv_bias"])
+        self.qkv_proj = Linear(c["hidden"], qkv_out, bias=c["qkv_bias"])
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -47,10 +48,10 @@ class LlamaAttnOut(nn.Module):
     def __init__(self, c: dict[str, Any]) -> None:
         super().__init__()
         h, inter = c["hidden"], c["intermediate"]
-        self.o_proj = nn.Linear(c["heads"] * c["head_dim"], h, bias=c["o_bias"])
+        self.o_proj = Linear(c["heads"] * c["head_dim"], h, bias=c["o_bias"])
         self.post_attention_layernorm = RMSNorm(h, c["eps"])
-        self.gate_up_proj = nn.Linear(h, 2 * inter, bias=c["mlp_bias"])
-        self.down_proj = nn.Linear(inter, h, bias=c["mlp_bias"])
+        self.gate_up_proj = Linear(h, 2 * inter, bias=c["mlp_bias"])
+        self.down_proj = Linear(inter, h, bias=c["mlp_bias"])
         self.act_name = c["act"]
         self.act = act_fn(c["act"])
 
@@ -122,7 +123,7 @@ class LlamaForCausalLM(CausalLM):
             DecoderLayer(LlamaAttnIn(c), LlamaAttnOut(c), c["head_dim"]) for _ in range(c["layers"])
         )
         self.norm = RMSNorm(c["hidden"], c["eps"])
-        self.lm_head = None if c["tie"] else nn.Linear(c["hidden"], c["vocab"], bias=False)
+        self.lm_head = None if c["tie"] else Linear(c["hidden"], c["vocab"], bias=False)
 
     def forward(  # type: ignore[override]
         self,
@@ -139,8 +140,12 @@ class LlamaForCausalLM(CausalLM):
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        w = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return hidden @ w.t()
+        if self.lm_head is not None:
+            return self.lm_head(hidden)
+        return linear(hidden, self.embed_tokens.weight, None, self.logits_prepacked)
+
+    def tied_head(self) -> torch.Tensor | None:
+        return self.embed_tokens.weight if self.lm_head is None else None
 
     def load_weights(self, src: WeightSource) -> None:
         load_param(self.embed_tokens.weight, src.get("model.embed_tokens.weight"), "embed_tokens")

@@ -11,6 +11,7 @@ from augserve.engine.attention import AttentionMetadata
 from augserve.engine.loader import WeightSource
 from augserve.engine.models.base import CausalLM, cfg_get
 from augserve.engine.models.layers import DecoderLayer, act_fn, load_param, split_qkv
+from augserve.engine.prepack import Linear, linear
 
 POS_OFFSET = 2
 
@@ -24,7 +25,7 @@ class OPTAttnIn(nn.Module):
         self.heads, self.head_dim = c["heads"], h // c["heads"]
         self.pre_ln = c["pre_ln"]
         self.self_attn_layer_norm = nn.LayerNorm(h)
-        self.qkv_proj = nn.Linear(h, 3 * h, bias=b)
+        self.qkv_proj = Linear(h, 3 * h, bias=b)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None
@@ -40,10 +41,10 @@ class OPTAttnOut(nn.Module):
         super().__init__()
         h, b = c["hidden"], c["bias"]
         self.pre_ln = c["pre_ln"]
-        self.out_proj = nn.Linear(h, h, bias=b)
+        self.out_proj = Linear(h, h, bias=b)
         self.final_layer_norm = nn.LayerNorm(h)
-        self.fc1 = nn.Linear(h, c["ffn"], bias=b)
-        self.fc2 = nn.Linear(c["ffn"], h, bias=b)
+        self.fc1 = Linear(h, c["ffn"], bias=b)
+        self.fc2 = Linear(c["ffn"], h, bias=b)
         self.act = act_fn(c["act"])
         # post-LN models normalise after the residual with attn_in's LayerNorm
         self._attn_ln = [attn_in.self_attn_layer_norm]  # a list: not a second registration
@@ -106,7 +107,7 @@ class OPTForCausalLM(CausalLM):
         self.embed_positions = nn.Embedding(c["max_len"] + POS_OFFSET, c["hidden"])
         self.layers = nn.ModuleList(_opt_layer(c) for _ in range(c["layers"]))
         self.final_layer_norm = nn.LayerNorm(c["hidden"]) if c["final_ln"] else None
-        self.lm_head = None if c["tie"] else nn.Linear(c["hidden"], c["vocab"], bias=False)
+        self.lm_head = None if c["tie"] else Linear(c["hidden"], c["vocab"], bias=False)
 
     def forward(  # type: ignore[override]
         self,
@@ -122,8 +123,12 @@ class OPTForCausalLM(CausalLM):
         return x if self.final_layer_norm is None else self.final_layer_norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        w = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return hidden @ w.t()
+        if self.lm_head is not None:
+            return self.lm_head(hidden)
+        return linear(hidden, self.embed_tokens.weight, None, self.logits_prepacked)
+
+    def tied_head(self) -> torch.Tensor | None:
+        return self.embed_tokens.weight if self.lm_head is None else None
 
     def load_weights(self, src: WeightSource) -> None:
         prefixes = ("model.decoder.", "decoder.")
