@@ -1,8 +1,10 @@
 """Our own policy, `augserve-slo`, against the strongest baselines (docs/results-own-policy.md).
 
     nice -n 10 python benchmarks/own_policy.py [--parts main,heldout] [--seeds 0,1,2]
-                                               [--window 600] [--workers 2]
+                                               [--window 1800] [--workers 2]
                                                [--out runs/own-policy]
+
+Windows are the paper's 30 minutes of arrivals (PAPER.md section 7) unless --window.
 
 - main: the INFERCEPT trace on the roofline and calibrated OPT-13B/H800
   profiles and GPT-J-6B/RTX 4090, Poisson arrivals, at a light rate and at the
@@ -103,12 +105,12 @@ class _NoAhead(SlackPolicy):
     ahead = 0.0
 
 
-class _Reserve(SlackPolicy):
-    name = "augserve-slo/reserve=0.1"
-    reserve = 0.1  # rescues per second of the oldest lost requests (off by default)
+class _NoReserve(SlackPolicy):
+    name = "augserve-slo/reserve=0"
+    reserve = 0.0  # no rescues of the oldest lost requests (default: 0.05 per second)
 
 
-ABLATION = (_TTFTOnly, _NoAhead, _Reserve)  # each of our choices reverted alone
+ABLATION = (_TTFTOnly, _NoAhead, _NoReserve)  # each of our choices reverted alone
 for _cls in ABLATION:
     REGISTRY.setdefault(_cls.name, _cls)  # here and in the forked workers only
 
@@ -121,23 +123,6 @@ def main_points(seeds: Sequence[int], window: float) -> list[BenchPoint]:
         for prof, rates in RATES.items()
         for r in rates
         for p in POLICIES
-        for s in seeds
-    ]
-
-
-LONG_WINDOW = 1800.0
-LONG_POLICIES = ("mars", "augserve", "augserve-slo")
-
-
-def long_points(seeds: Sequence[int], window: float) -> list[BenchPoint]:
-    """The stress rates on 1800 s windows (`window` is ignored: the long part's own)."""
-    trace = str(default_trace_path())
-    return [
-        BenchPoint(
-            p, rates[1], seed=s, backend=BACKEND, trace=trace, profile=prof, window=LONG_WINDOW
-        )  # fmt: skip
-        for prof, rates in RATES.items()
-        for p in LONG_POLICIES
         for s in seeds
     ]
 
@@ -278,13 +263,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="main,heldout")
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--window", type=float, default=600.0)
+    ap.add_argument("--window", type=float, default=1800.0, help="seconds of arrivals")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "own-policy")
     ap.add_argument(
         "--profiles",
         default=None,
-        help="run only these profiles (comma-separated; main, ablation and long parts) and"
+        help="run only these profiles (comma-separated; main and ablation parts) and"
         " merge their rows into the part's existing results, replacing their old rows",
     )
     ap.add_argument(
@@ -303,10 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             pts = heldout_points(seeds, args.window, args.out)
         elif part == "ablation":
             pts = ablation_points(seeds, args.window)
-        elif part == "long":
-            pts = long_points(seeds, args.window)
         else:
-            raise SystemExit(f"--parts: unknown part {part!r} (main, heldout, ablation, long)")
+            raise SystemExit(f"--parts: unknown part {part!r} (main, heldout, ablation)")
         only = set(args.only_policies.split(",")) if args.only_policies else None
         profiles = set(args.profiles.split(",")) if args.profiles else None
         if profiles is not None and not profiles <= set(RATES):
@@ -337,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def write_tables(out: Path) -> None:
     text = []
     rows: dict[str, list[Row]] = {}
-    for part in ("main", "heldout", "ablation", "long"):
+    for part in ("main", "heldout", "ablation"):
         path = out / f"{part}.json"
         if path.exists():
             rows[part] = json.loads(path.read_text())
@@ -345,8 +328,6 @@ def write_tables(out: Path) -> None:
         text += ["## main", "", table(rows["main"]), ""]
     if "heldout" in rows:
         text += ["## heldout", "", table(rows["heldout"]), ""]
-    if "long" in rows:
-        text += ["## long (1800 s windows)", "", table(rows["long"], LONG_POLICIES), ""]
     if "ablation" in rows and "main" in rows:
         stress = {(p, r[1]) for p, r in RATES.items()}
         base = [r for r in rows["main"] if (r["profile"], float(r["rate"])) in stress]

@@ -96,7 +96,11 @@ def test_the_reserve_starts_old_requests_sooner_at_a_bounded_price() -> None:
         name = "augserve-slo/test-reserve-slow"
         reserve = 0.5
 
-    plain, reserved = _overload(SlackPolicy), _overload(_Slow)
+    class _Plain(SlackPolicy):
+        name = "augserve-slo/test-no-reserve"
+        reserve = 0.0
+
+    plain, reserved = _overload(_Plain), _overload(_Slow)
 
     def ttft(reqs: list[Request]) -> list[float]:
         return sorted(r.first_token_time - r.arrival_time for r in reqs)  # type: ignore[operator]
@@ -132,12 +136,16 @@ def test_incremental_ranking_decides_as_a_full_sort_with_a_reserve(
 
 def test_the_reserve_is_a_scheduler_option() -> None:
     """`SchedulerConfig.slo_reserve` (`--set slo_reserve=R`) decides exactly as a policy
-    whose own reserve is R, and 0 turns a policy's own reserve off."""
+    whose own reserve is R, and 0 turns a policy's own reserve off (`augserve-slo`'s
+    default of 0.05 included)."""
     POLICIES.setdefault(_Reserved.name, _Reserved)
     by_option = decisions("augserve-slo", True, 1, slo_reserve=_Reserved.reserve)
     assert by_option == decisions(_Reserved.name, True, 1)
-    plain = decisions("augserve-slo", True, 1)
+    plain = decisions("augserve-slo", True, 1, slo_reserve=0.0)
     assert by_option != plain  # the reserve changed some decision
     assert decisions(_Reserved.name, True, 1, slo_reserve=0.0) == plain
+    assert SlackPolicy.reserve == 0.05
+    default = decisions("augserve-slo", True, 1)
+    assert default == decisions("augserve-slo", True, 1, slo_reserve=0.05)
     with pytest.raises(ValueError, match="slo_reserve"):
         SchedulerConfig(slo_reserve=-0.1)

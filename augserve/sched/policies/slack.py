@@ -18,10 +18,13 @@ persistent queue (`sched/triage.py`) follows it exactly. Preemption under
 memory pressure keeps AugServe's non-aging key (the cost): the class does not
 decide who may take whose KV.
 
-With a rescue reserve (`reserve` > 0 requests per second, `sched/rescue.py`; set by
-`SchedulerConfig.slo_reserve`, e.g. `--set slo_reserve=0.05`)
-the oldest lost requests without a first token are rescued at that rate:
-ranked before every other request (by arrival) until they finish.
+A rescue reserve (`reserve` requests per second, 0.05 by default; `sched/rescue.py`;
+`SchedulerConfig.slo_reserve` overrides it, e.g. `--set slo_reserve=0`) rescues the
+oldest lost requests without a first token at that rate: each is ranked before every
+other request (by arrival) until it finishes. It keeps the tails over all requests
+(P99 normalized latency, the longest quartile's completions) no worse than
+AugServe's under sustained overload, for a few percent of goodput
+(docs/results-own-policy.md).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ class SlackPolicy(AugServePolicy):
     name = "augserve-slo"
     norm_triage = True  # also lost once the normalized-latency SLO is out of reach
     ahead = 1.0  # tokens expected after a predicted call, in units of the segment's rest
-    reserve = 0.0  # rescues per second of the oldest lost requests (0: none)
+    reserve = 0.05  # rescues per second of the oldest lost requests (0: none)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
