@@ -55,14 +55,23 @@ def compile_wanted(setting: bool | None, num_params: int, device: torch.device) 
     time outweighs the gain; the tests' tiny models stay eager)."""
     if setting is not None:
         return setting
-    env = os.environ.get("AUGSERVE_COMPILE", "").strip().lower()
+    env = env_switch("AUGSERVE_COMPILE")
+    if env is not None:
+        return env
+    return num_params >= 20_000_000 and device.type in ("cpu", "cuda")
+
+
+def env_switch(name: str) -> bool | None:
+    """An on/off environment switch: True for 1/true/yes/on, False for 0/false/no/off,
+    None when unset or 'auto'; ValueError naming the variable otherwise."""
+    env = os.environ.get(name, "").strip().lower()
     if env in ("0", "false", "no", "off"):
         return False
     if env in ("1", "true", "yes", "on"):
         return True
     if env not in ("", "auto"):
-        raise ValueError(f"AUGSERVE_COMPILE must be 0, 1 or auto, got {env!r}")
-    return num_params >= 20_000_000 and device.type in ("cpu", "cuda")
+        raise ValueError(f"{name} must be 0, 1 or auto, got {env!r}")
+    return None
 
 
 def cuda_graphs_wanted(setting: bool | None, device: torch.device) -> bool:

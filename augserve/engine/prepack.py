@@ -17,13 +17,14 @@ weight is freed, so a later tensor at the same address cannot pick it up.
 
 from __future__ import annotations
 
-import os
 import weakref
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from augserve.engine.ops import env_switch
 
 ROWS_HINT = 32  # oneDNN picks the blocked layout for this many rows; any count works
 
@@ -54,14 +55,8 @@ def prepack_wanted(
         return False
     if setting is not None:
         return setting
-    env = os.environ.get("AUGSERVE_PREPACK", "").strip().lower()
-    if env in ("0", "false", "no", "off"):
-        return False
-    if env in ("1", "true", "yes", "on"):
-        return True
-    if env not in ("", "auto"):
-        raise ValueError(f"AUGSERVE_PREPACK must be 0, 1 or auto, got {env!r}")
-    return num_params >= 20_000_000
+    env = env_switch("AUGSERVE_PREPACK")
+    return num_params >= 20_000_000 if env is None else env
 
 
 def pack_weight(weight: torch.Tensor) -> None:
