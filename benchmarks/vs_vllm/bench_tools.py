@@ -58,6 +58,7 @@ from tool_workload import (  # noqa: E402
     replay_scripted,
     slo_from_iteration,
 )
+from tools_profile import fitted_profile, kv_bytes, swap_bandwidth, write_profile  # noqa: E402
 
 from augserve.sched.policies import POLICIES as REGISTRY  # noqa: E402
 
@@ -110,56 +111,11 @@ def augserve_server(
     return ManagedServer(argv, port, dict(os.environ), log)
 
 
-def kv_bytes(model: str) -> int:
-    """KV bytes per token in fp32 (all layers, K and V)."""
-    cfg = json.loads((Path(model) / "config.json").read_text())
-    head = cfg["hidden_size"] // cfg["num_attention_heads"]
-    kv_heads = cfg.get("num_key_value_heads", cfg["num_attention_heads"])
-    return 2 * cfg["num_hidden_layers"] * kv_heads * head * 4
-
-
 def measure(srv: ManagedServer) -> tuple[float, float]:
     """(batch-1 decode iteration, 256-token prefill) in seconds."""
     return asyncio.run(decode_iteration_time(srv.base_url, "m")), asyncio.run(
         prefill_time(srv.base_url, 256)
     )
-
-
-def swap_bandwidth(args: argparse.Namespace, blocks: int = 8) -> float:
-    """Bytes/s of augserve's own swaps on this machine, measured in-process on the same
-    model, dtype, block size and threads, for a request-sized move of `blocks` blocks
-    (so the per-swap fixed cost is in the figure, as a request's swap pays it)."""
-    import torch
-
-    from augserve.engine.kv_cache import KVCacheConfig
-    from augserve.engine.model_runner import ModelRunner, RunnerConfig
-    from augserve.engine.profiler import measure_swap_bandwidth
-
-    before = torch.get_num_threads()
-    kv = KVCacheConfig(args.block_size, num_device_blocks=blocks, num_host_blocks=blocks)
-    runner = ModelRunner(RunnerConfig(args.model, "fp32", "cpu", kv, args.threads))
-    try:
-        return measure_swap_bandwidth(runner, blocks, repeats=20)
-    finally:
-        torch.set_num_threads(before)
-
-
-def write_profile(args: argparse.Namespace, iteration: float, prefill: float, path: Path) -> Path:
-    """augserve's latency profile on this CPU: c0 = its decode iteration, c_prefill from
-    a 256-token prefill; memory facts as the servers are configured."""
-    kv = kv_bytes(args.model)
-    profile = {
-        "name": "augserve-cpu-measured", "c0": iteration,
-        "c_prefill": max(0.0, prefill - iteration) / 256, "c_attn": 0.0, "c_decode": 0.0,
-        "c_ctx": 0.0, "kv_bytes": kv, "device_kv_bytes": args.kv_tokens * kv,
-        "host_kv_bytes": args.swap_tokens * kv, "swap_bandwidth": args.swap_bandwidth,
-        "max_batch_tokens": args.max_batch_tokens, "max_num_seqs": args.max_num_seqs,
-        "description": f"augserve CPU, measured: decode {iteration * 1e3:.1f} ms, "
-                       f"256-token prefill {prefill * 1e3:.0f} ms, swaps "
-                       f"{args.swap_bandwidth / 1e9:.2f} GB/s",
-    }  # fmt: skip
-    path.write_text(json.dumps(profile, indent=2))
-    return path
 
 
 def run_point(name: str, srv: ManagedServer, workload: list[Any], deadline: float) -> Replay:
@@ -185,6 +141,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--swap-bandwidth", type=float, default=None,
         help="bytes/s in augserve's profile (default: measured on this machine, request-sized)",
+    )  # fmt: skip
+    p.add_argument(
+        "--profile", choices=("fitted", "flat"), default="fitted",
+        help="augserve's latency profile: fitted on the engine over batch shapes "
+        "(`augserve profile --quick`), or flat (one decode iteration, whatever the batch)",
     )  # fmt: skip
     p.add_argument("--max-batch-tokens", type=int, default=2048)
     p.add_argument("--max-num-seqs", type=int, default=128)
@@ -253,7 +214,12 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
     if args.swap_bandwidth is None:
         args.swap_bandwidth = swap_bandwidth(args)
     print(f"augserve: swaps at {args.swap_bandwidth / 1e9:.2f} GB/s", flush=True)
-    prof = write_profile(args, a_iter, a_prefill, out.with_name("profile-augserve.json"))
+    prof_path = out.with_name("profile-augserve.json")
+    if args.profile == "fitted":
+        prof = fitted_profile(args, prof_path)
+        print(f"augserve: profile fitted on the engine: {prof_path}", flush=True)
+    else:
+        prof = write_profile(args, a_iter, a_prefill, prof_path)
     named: dict[str, ManagedServer] = {"vllm": vllm}
     for pol in args.policies:
         log = out.with_name(f"server-augserve-{pol}.log")
