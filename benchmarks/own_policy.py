@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for pt in pts
             if (only is None or pt.policy in only) and (profiles is None or pt.profile in profiles)
         ]
-        rows = run_points(pts, workers=args.workers, progress=False)
+        rows = run_points(pts, workers=args.workers, desc=f"own-policy {part}")
         path = args.out / f"{part}.json"
         if (only is not None or profiles is not None) and path.exists():
             kept = [
