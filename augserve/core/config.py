@@ -58,6 +58,10 @@ class SchedulerConfig:
     slo_reserve: `augserve-slo`'s rescue reserve, in rescues per second of the oldest
         requests that can no longer meet their SLO (`sched/rescue.py`); None takes the
         policy's own (0: none). Other policies ignore it.
+    slo_ttft, slo_norm_latency: the SLO `augserve-slo` triages by, in seconds and
+        seconds per generated token; None: the paper's (TTFT < 1 s, 10 decode
+        iterations at batch 1 of the latency profile). Set them to the SLO the
+        deployment is judged by. Other policies ignore them.
     """
 
     policy: str = "augserve"
@@ -85,13 +89,15 @@ class SchedulerConfig:
     incremental_ranking: bool = True
     predictor: str = "oracle"
     slo_reserve: float | None = None
+    slo_ttft: float | None = None
+    slo_norm_latency: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or not self.policy:
             raise ValueError(f"SchedulerConfig.policy must be a policy name, got {self.policy!r}")
         _positive(self, "block_size", "num_device_blocks", "max_batch_tokens", "max_num_seqs")
         _positive(self, "swap_budget_blocks", "mars_starvation_limit", "mars_quantum")
-        _positive(self, "mars_swap_rate")
+        _positive(self, "mars_swap_rate", "slo_ttft", "slo_norm_latency")
         if self.num_host_blocks < 0:
             raise ValueError(
                 f"SchedulerConfig.num_host_blocks must be >= 0, got {self.num_host_blocks}"

@@ -91,8 +91,10 @@ def vllm_server(args: argparse.Namespace, log: Path) -> ManagedServer:
 
 
 def augserve_server(
-    args: argparse.Namespace, policy: str, log: Path, profile: Path | None
+    args: argparse.Namespace, policy: str, log: Path, profile: Path | None, slo: Any = None
 ) -> ManagedServer:
+    """`augserve serve` on the model; with `slo` (the benchmark's SLOConfig) the
+    scheduler is told the SLO it is judged by (`augserve-slo` triages by it)."""
     port = free_port()
     argv = [
         str(AUGSERVE), "serve", "--model", args.model, "--served-model-name", "m",
@@ -108,6 +110,9 @@ def augserve_server(
         argv += ["--swap-space", f"{args.swap_tokens * kv_bytes(args.model) / 2**30:.6f}"]
     if profile is not None:
         argv += ["--profile", str(profile)]
+    if slo is not None:
+        argv += ["--set", f"slo_ttft={slo.ttft_slo!r}"]
+        argv += ["--set", f"slo_norm_latency={slo.norm_latency_slo!r}"]
     return ManagedServer(argv, port, dict(os.environ), log)
 
 
@@ -146,6 +151,11 @@ def parse_args() -> argparse.Namespace:
         "--profile", choices=("fitted", "flat"), default="fitted",
         help="augserve's latency profile: fitted on the engine over batch shapes "
         "(`augserve profile --quick`), or flat (one decode iteration, whatever the batch)",
+    )  # fmt: skip
+    p.add_argument(
+        "--server-slo", choices=("bench", "paper"), default="bench",
+        help="the SLO augserve's scheduler is told: the benchmark's (from vLLM's step) "
+        "or none, i.e. the paper's default (TTFT 1 s, 10 iterations of the profile)",
     )  # fmt: skip
     p.add_argument("--max-batch-tokens", type=int, default=2048)
     p.add_argument("--max-num-seqs", type=int, default=128)
@@ -223,7 +233,8 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
     named: dict[str, ManagedServer] = {"vllm": vllm}
     for pol in args.policies:
         log = out.with_name(f"server-augserve-{pol}.log")
-        named[f"augserve:{pol}"] = start(augserve_server(args, pol, log, prof), servers)
+        told = slo if args.server_slo == "bench" else None
+        named[f"augserve:{pol}"] = start(augserve_server(args, pol, log, prof, told), servers)
     vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
     scale = Scale(length=args.length_scale, time=args.time_scale)
     rows: list[dict[str, Any]] = []

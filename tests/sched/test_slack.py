@@ -153,3 +153,21 @@ def test_under_overload_more_requests_meet_ttft_and_the_lost_still_finish() -> N
 
 def test_registered() -> None:
     assert POLICIES["augserve-slo"] is SlackPolicy
+
+
+def test_the_slo_it_triages_by_is_the_deployments_when_given() -> None:
+    """`slo_ttft` / `slo_norm_latency` replace the paper's SLO (TTFT 1 s, 10 iterations):
+    a request that has waited 0.6 s is lost under a 0.5 s TTFT, not under the default."""
+    cfg = SchedulerConfig(policy="augserve-slo", num_device_blocks=64, max_batch_tokens=256)
+    paper = make_policy(cfg, easy_profile(), _Load())
+    told = make_policy(cfg.with_(slo_ttft=0.5, slo_norm_latency=0.2), easy_profile(), _Load())
+    assert isinstance(paper, SlackPolicy) and isinstance(told, SlackPolicy)
+    assert paper.target.ttft == 1.0
+    assert paper.target.norm_latency == pytest.approx(10 * paper.latency.decode_iter_time())
+    assert (told.target.ttft, told.target.norm_latency) == (0.5, 0.2)
+    req = Request("r", arrival_time=0.0, prompt_len=10)
+    req.pred_output_len = 10.0
+    assert told.is_lost(req, 0.6) and not paper.is_lost(req, 0.6)
+    for field in ("slo_ttft", "slo_norm_latency"):
+        with pytest.raises(ValueError, match=field):
+            SchedulerConfig(**{field: 0.0})

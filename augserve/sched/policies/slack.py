@@ -48,7 +48,11 @@ class SlackPolicy(AugServePolicy):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.target = SLOTarget.for_latency(self.latency)
+        paper, c = SLOTarget.for_latency(self.latency), self.config
+        self.target = SLOTarget(
+            paper.ttft if c.slo_ttft is None else c.slo_ttft,
+            paper.norm_latency if c.slo_norm_latency is None else c.slo_norm_latency,
+        )
         own = self.config.slo_reserve
         rate = self.reserve if own is None else own
         self.rescue = RescueReserve(rate) if rate > 0 else None
