@@ -111,10 +111,14 @@ def add_parser(subparsers: Any) -> None:
         default=10.0,
         help="seconds running requests get to finish on SIGINT/SIGTERM",
     )
-    p.add_argument("--slo-ttft", type=_positive_float, default=1.0, help="seconds")
     p.add_argument(
-        "--slo-norm-latency", type=_positive_float, default=0.1, help="seconds per generated token"
-    )
+        "--slo-ttft", type=_positive_float, default=1.0,
+        help="the SLO's time to first token, seconds (metrics, and augserve-slo's triage)",
+    )  # fmt: skip
+    p.add_argument(
+        "--slo-norm-latency", type=_positive_float, default=0.1,
+        help="the SLO's normalized latency, seconds per generated token (as --slo-ttft)",
+    )  # fmt: skip
     p.add_argument(
         "--set",
         type=argtypes.scheduler_override,
@@ -146,6 +150,14 @@ def _auto_dtype(model_dir: str) -> str | None:
         return None
     saved = cfg.get("torch_dtype") or cfg.get("dtype")
     return _DTYPES.get(saved) if isinstance(saved, str) else None
+
+
+def scheduler_overrides(args: argparse.Namespace, parse: Any) -> dict[str, Any]:
+    """The SchedulerConfig fields the server sets: its SLO (`--slo-ttft`,
+    `--slo-norm-latency`: the one its metrics report, and the one `augserve-slo`
+    triages by), then every `--set`, which wins."""
+    slo = {"slo_ttft": args.slo_ttft, "slo_norm_latency": args.slo_norm_latency}
+    return {**slo, **parse(args.set)}
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -182,7 +194,7 @@ def _serve(args: argparse.Namespace) -> int:
         profile=args.profile,
         num_threads=args.threads,
         seed=args.seed,
-        scheduler=parse_overrides(args.set),
+        scheduler=scheduler_overrides(args, parse_overrides),
     )
     limits = ServerLimits(
         args.max_body_bytes, args.max_tokens_limit, shutdown_grace=args.shutdown_grace
