@@ -15,13 +15,20 @@ PANELS = (
 
 
 def prepare_plotting() -> None:
-    """Import matplotlib (non-interactive backend) now rather than at the first plot."""
+    """Import matplotlib (non-interactive backend) now rather than at the first plot.
+    An import cut short (Ctrl-C lands in it) leaves no half-imported matplotlib
+    behind, so that the plot of what finished imports it afresh."""
     if "matplotlib.pyplot" in sys.modules:
         return
-    import matplotlib
+    try:
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot  # noqa: F401
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
+    except BaseException:
+        for name in [m for m in sys.modules if m.split(".")[0] == "matplotlib"]:
+            del sys.modules[name]
+        raise
 
 
 def plot_sweep(
