@@ -171,6 +171,18 @@ def scheduler_override(text: str) -> tuple[str, str]:
     return pair
 
 
+def add_set_option(p: argparse.ArgumentParser, examples: str) -> None:
+    """`--set KEY=VALUE` (repeatable): any SchedulerConfig field, checked as parsed."""
+    p.add_argument(
+        "--set",
+        type=scheduler_override,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"any other SchedulerConfig field, e.g. {examples} (repeatable)",
+    )
+
+
 def trace_file(text: str) -> str:
     """An existing, readable trace file (its format is checked when it is loaded)."""
     path = Path(text)

@@ -150,15 +150,7 @@ def add_parser(subparsers: Any) -> None:
         metavar="N",
         help="KV block size, tokens (default: %(default)s)",
     )
-    p.add_argument(
-        "--set",
-        type=argtypes.scheduler_override,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="any other SchedulerConfig field, e.g. beta_high=1.0 or "
-        "dynamic_budget=false (repeatable)",
-    )
+    argtypes.add_set_option(p, "beta_high=1.0 or dynamic_budget=false")
     p.add_argument(
         "--workers",
         type=argtypes.positive_int,

@@ -119,14 +119,7 @@ def add_parser(subparsers: Any) -> None:
         "--slo-norm-latency", type=_positive_float, default=0.1,
         help="the SLO's normalized latency, seconds per generated token (as --slo-ttft)",
     )  # fmt: skip
-    p.add_argument(
-        "--set",
-        type=argtypes.scheduler_override,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="any other SchedulerConfig field, e.g. slo_reserve=0.05 or beta=1e-6 (repeatable)",
-    )
+    argtypes.add_set_option(p, "slo_reserve=0 or beta=1e-6")
     p.add_argument(
         "--allow-scripted-tools",
         action="store_true",
@@ -152,16 +145,17 @@ def _auto_dtype(model_dir: str) -> str | None:
     return _DTYPES.get(saved) if isinstance(saved, str) else None
 
 
-def scheduler_overrides(args: argparse.Namespace, parse: Any) -> dict[str, Any]:
+def scheduler_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The SchedulerConfig fields the server sets: its SLO (`--slo-ttft`,
     `--slo-norm-latency`: the one its metrics report, and the one `augserve-slo`
     triages by), then every `--set`, which wins."""
+    from augserve.bench.runner import parse_overrides
+
     slo = {"slo_ttft": args.slo_ttft, "slo_norm_latency": args.slo_norm_latency}
-    return {**slo, **parse(args.set)}
+    return {**slo, **parse_overrides(args.set)}
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from augserve.bench.runner import parse_overrides
     from augserve.core.metrics import SLOConfig
     from augserve.engine.async_engine import AsyncLLMEngine
     from augserve.engine.builder import EngineArgs, build_engine
@@ -194,7 +188,7 @@ def _serve(args: argparse.Namespace) -> int:
         profile=args.profile,
         num_threads=args.threads,
         seed=args.seed,
-        scheduler=scheduler_overrides(args, parse_overrides),
+        scheduler=scheduler_overrides(args),
     )
     limits = ServerLimits(
         args.max_body_bytes, args.max_tokens_limit, shutdown_grace=args.shutdown_grace

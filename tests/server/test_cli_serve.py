@@ -175,15 +175,14 @@ def test_default_model_serves_and_sigterm_shuts_down_cleanly(tmp_path: Path) -> 
 def test_the_servers_slo_is_the_schedulers_unless_set_says_otherwise() -> None:
     """One SLO: `--slo-ttft` / `--slo-norm-latency` reach the scheduler (augserve-slo
     triages by them); an explicit `--set` of the same field wins."""
-    from augserve.bench.runner import parse_overrides
     from augserve.cli.serve import scheduler_overrides
     from augserve.engine.builder import EngineArgs
 
     args = build_parser().parse_args(
         ["serve", "--policy", "augserve-slo", "--slo-ttft", "0.4", "--slo-norm-latency", "0.05"]
     )
-    over = scheduler_overrides(args, parse_overrides)
+    over = scheduler_overrides(args)
     cfg = EngineArgs(model="m", policy=args.policy, scheduler=over).scheduler_config()
     assert (cfg.slo_ttft, cfg.slo_norm_latency) == (0.4, 0.05)
     args = build_parser().parse_args(["serve", "--slo-ttft", "0.4", "--set", "slo_ttft=0.3"])
-    assert scheduler_overrides(args, parse_overrides)["slo_ttft"] == 0.3
+    assert scheduler_overrides(args)["slo_ttft"] == 0.3
