@@ -110,7 +110,12 @@ class _NoReserve(SlackPolicy):
     reserve = 0.0  # no rescues of the oldest lost requests (default: 0.05 per second)
 
 
-ABLATION = (_TTFTOnly, _NoAhead, _NoReserve)  # each of our choices reverted alone
+class _NoGate(SlackPolicy):
+    name = "augserve-slo/admit=0"
+    admit_growth = 0.0  # no admission gate (default: 0.2 of the holders' growth kept free)
+
+
+ABLATION = (_TTFTOnly, _NoAhead, _NoReserve, _NoGate)  # each of our choices reverted alone
 for _cls in ABLATION:
     REGISTRY.setdefault(_cls.name, _cls)  # here and in the forked workers only
 

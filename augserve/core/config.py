@@ -62,6 +62,10 @@ class SchedulerConfig:
         seconds per generated token; None: the paper's (TTFT < 1 s, 10 decode
         iterations at batch 1 of the latency profile). Set them to the SLO the
         deployment is judged by. Other policies ignore them.
+    admit_growth: `augserve-slo`'s admission gate (`sched/admission.py`): a request
+        without KV is admitted only if its predicted footprint fits beyond this share
+        of the KV holders' predicted growth; None takes the policy's own (0: no gate,
+        admit whenever memory can be had). Other policies ignore it.
     """
 
     policy: str = "augserve"
@@ -91,6 +95,7 @@ class SchedulerConfig:
     slo_reserve: float | None = None
     slo_ttft: float | None = None
     slo_norm_latency: float | None = None
+    admit_growth: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or not self.policy:
@@ -110,6 +115,8 @@ class SchedulerConfig:
             raise ValueError(f"SchedulerConfig.beta_high must be >= 1, got {self.beta_high}")
         if self.slo_reserve is not None and not self.slo_reserve >= 0:
             raise ValueError(f"SchedulerConfig.slo_reserve must be >= 0, got {self.slo_reserve}")
+        if self.admit_growth is not None and not self.admit_growth >= 0:
+            raise ValueError(f"SchedulerConfig.admit_growth must be >= 0, got {self.admit_growth}")
         if not self.predictor or not isinstance(self.predictor, str):
             raise ValueError(
                 f"SchedulerConfig.predictor must be a spec string, got {self.predictor!r}"

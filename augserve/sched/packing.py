@@ -9,6 +9,9 @@ first). A request that already holds KV and cannot grow may also displace
 preserved paused requests (swap, else discard) and preempt runnable requests
 it outranks that are not in this batch, lowest-ranked first (discard and
 recompute, as vLLM does). The scan goes on past a request that does not fit.
+A policy may also gate admission (`admission.py`: memory kept for the growth
+of the requests already holding KV); once the gate refuses a request, no
+request without KV is admitted for the rest of the iteration.
 
 Requests that hold KV (running, resumable) are bounded by memory and fully
 sorted; those that hold none (waiting) can be many under overload, so they
@@ -34,6 +37,7 @@ from typing import Any
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import Request
+from augserve.sched.admission import GrowthGate
 from augserve.sched.memory import MemoryManager
 from augserve.sched.output import ScheduledChunk
 from augserve.sched.policies.base import RankingPolicy
@@ -86,6 +90,15 @@ class Packer:
         self.preempted: list[Request] = []  # candidates whose KV was taken
         self.reclaim_exhausted = not memory.has_reclaimable
         self.block_size = config.block_size
+        frac = policy.admission_growth()
+        self.gate = GrowthGate(frac, memory, self.holders) if frac is not None else None
+
+    @property
+    def waiting_closed(self) -> bool:
+        """No request without KV can be admitted for the rest of this iteration."""
+        if not self.pool.device.num_free and self.reclaim_exhausted:
+            return True
+        return self.gate is not None and self.gate.closed
 
     def next_request(self) -> Request | None:
         """The next request in policy order that could possibly be scheduled.
@@ -96,8 +109,7 @@ class Packer:
         they were passed over at their turn.
         """
         held = self.held
-        gone = not self.pool.device.num_free and self.reclaim_exhausted
-        top = None if gone else self._waiting_top()
+        top = None if self.waiting_closed else self._waiting_top()
         i = self.next_holder
         if i < len(held) and (top is None or held[i][0] < top[0]):
             key, req = held[i]
@@ -149,12 +161,12 @@ class Packer:
         max_seqs, scan_on, bs = cfg.max_num_seqs, cfg.scan_on, self.block_size
         chunks: list[ScheduledChunk] = []
         left = budget
-        held, device = self.held, self.pool.device
+        held, device, gate = self.held, self.pool.device, self.gate
         top: Keyed | None = None
         top_fresh = False  # `top` is the waiting top for the current last_key
         while left > 0 and len(chunks) < max_seqs:
-            if not device.num_free and self.reclaim_exhausted:
-                top, top_fresh = None, False  # memory is gone: pass the waiting over
+            if (not device.num_free and self.reclaim_exhausted) or (gate and gate.closed):
+                top, top_fresh = None, False  # no admission possible: pass the waiting over
             elif not top_fresh:
                 top, top_fresh = self._waiting_top(), True
             i = self.next_holder
@@ -198,12 +210,12 @@ class Packer:
         ):  # decode into a block it already holds: the common case, kept cheap
             return ScheduledChunk(req, 1, computed, True, req.block_ids)
         kv, pool = self.kv, self.pool
-        if (
-            not (req.block_ids or req.host_block_ids)
-            and not pool.device.num_free
-            and self.reclaim_exhausted
+        admitting = not (req.block_ids or req.host_block_ids)
+        if admitting and (
+            (not pool.device.num_free and self.reclaim_exhausted)
+            or (self.gate is not None and not self.gate.admits(req))
         ):
-            return None  # holds no KV and no memory can be had for it this iteration
+            return None  # holds no KV and may not get any this iteration
         if req.host_block_ids:
             missing = len(req.host_block_ids) - pool.num_free_device
             if missing > 0:  # it holds KV: it may displace and preempt like a running request
@@ -220,6 +232,8 @@ class Packer:
                     return None
                 need = kv.blocks_needed(req, n)
         kv.allocate(req, need)
+        if admitting and self.gate is not None:
+            self.gate.admitted(req)
         start = req.num_computed_tokens
         return ScheduledChunk(req, n, start, start + n == req.num_tokens, req.block_ids)
 

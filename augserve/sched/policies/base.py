@@ -75,6 +75,11 @@ class RankingPolicy:
         """
         return self.key(req, 0.0)
 
+    def admission_growth(self) -> float | None:
+        """The share of the KV holders' predicted growth that admission keeps free
+        (`sched/admission.py`); None: admit whenever memory can be had."""
+        return None
+
     def order(self, reqs: Sequence[Request], now: float) -> list[Request]:
         return sorted(reqs, key=lambda r: self.key(r, now))
 

@@ -45,6 +45,7 @@ class SlackPolicy(AugServePolicy):
     norm_triage = True  # also lost once the normalized-latency SLO is out of reach
     ahead = 1.0  # tokens expected after a predicted call, in units of the segment's rest
     reserve = 0.05  # rescues per second of the oldest lost requests (0: none)
+    admit_growth = 0.2  # admission keeps this share of the KV holders' growth free (0: off)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -57,7 +58,14 @@ class SlackPolicy(AugServePolicy):
         rate = self.reserve if own is None else own
         self.rescue = RescueReserve(rate) if rate > 0 else None
         self.needs_after_schedule = self.rescue is not None
+        growth = self.admit_growth if c.admit_growth is None else c.admit_growth
+        self._growth = growth if growth > 0 else None
         self._queue: TriageQueue | None = None
+
+    def admission_growth(self) -> float | None:
+        """Admit a request without KV only beyond this share of the holders' predicted
+        growth (`sched/admission.py`; None: off)."""
+        return self._growth
 
     def deadline(self, req: Request) -> float:
         """When the request stops being able to meet its SLO (fixed while it waits)."""

@@ -1,0 +1,71 @@
+"""Admission with a growth reserve: keep memory for the requests already running.
+
+Greedy packing admits a request without KV whenever a block is free. Under
+memory pressure the requests already holding KV then run out of room as they
+decode, and the packer preempts some of them (discard and recompute, as vLLM
+does): measured on the GPT-J/RTX 4090 profile at the stress rate, about half of
+all computed tokens were recomputation of preempted requests, each served
+request preempted ~4 times (docs/results-own-policy.md).
+
+The gate admits a request without KV only if its own predicted footprint (its
+context plus the predicted rest of its segment) fits in the memory that is free
+or reclaimable beyond a share `frac` of what the KV holders are predicted to
+grow by before their segments end (the requests it admits join that sum). Once
+it refuses a request it closes for the iteration, so no lower-ranked request
+jumps ahead of the refused one (the policy's order is kept). With no KV holder
+running it always admits, so a request larger than its prediction allows can
+never wait forever.
+
+The gate is a pure function of the scheduler's state and the predictions, so
+the simulator and the engine decide alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from augserve.core.request import Request
+from augserve.sched.memory import MemoryManager
+from augserve.sched.slo import predicted_left
+
+
+class GrowthGate:
+    """One iteration's admission gate (built by the packer when the policy asks)."""
+
+    def __init__(self, frac: float, memory: MemoryManager, holders: Iterable[Request]) -> None:
+        if not frac >= 0.0:
+            raise ValueError(f"GrowthGate.frac must be >= 0, got {frac}")
+        self.frac = frac
+        self.memory = memory
+        self.pool = memory.pool
+        self.any_holder = False
+        growth = 0
+        for r in holders:
+            self.any_holder = True
+            growth += self.growth(r)
+        self.reserve = frac * growth
+        self.closed = False
+
+    def growth(self, req: Request) -> int:
+        """Blocks the request is predicted to add before its segment ends."""
+        tokens = req.num_tokens + predicted_left(req)
+        blocks = self.pool.blocks_for(int(tokens)) - len(req.block_ids) - len(req.host_block_ids)
+        return blocks if blocks > 0 else 0
+
+    def admits(self, req: Request) -> bool:
+        """May `req` (holding no KV) be admitted now? A refusal closes the gate."""
+        if self.closed:
+            return False
+        if not self.any_holder:
+            return True
+        need = min(self.growth(req), self.pool.num_device_blocks)
+        room = self.pool.num_free_device + self.memory.reclaimable_blocks()
+        if need + self.reserve > room:
+            self.closed = True
+            return False
+        return True
+
+    def admitted(self, req: Request) -> None:
+        """`req` got KV: its further growth joins the reserve."""
+        self.any_holder = True
+        self.reserve += self.frac * self.growth(req)
