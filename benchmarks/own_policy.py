@@ -1,6 +1,6 @@
 """Our own policy, `augserve-slo`, against the strongest baselines (docs/results-own-policy.md).
 
-    nice -n 10 python benchmarks/own_policy.py [--parts main,heldout] [--seeds 0,1,2]
+    nice -n 10 python benchmarks/own_policy.py [--parts main,heldout,heldout-gptj] [--seeds 0,1,2]
                                                [--window 1800] [--workers 2]
                                                [--out runs/own-policy]
 
@@ -12,14 +12,17 @@ Windows are the paper's 30 minutes of arrivals (PAPER.md section 7) unless --win
   `ssjf-infercept`, `augserve` and `augserve-slo`, each seed on the same stream.
 - heldout (work not used while tuning), on the roofline profile: a ToolBench-like
   generator with other parameters (written to OUT/toolbench-alt.jsonl), the
-  one-call INFERCEPT trace, Gamma arrivals with CV 2, and the noisy predictor
-  (+-50%) instead of the oracle.
+  one-call INFERCEPT trace, Gamma arrivals with CV 2, and the noisy (+-50%) and
+  learned predictors instead of the oracle.
+- heldout-gptj: the same settings on GPT-J-6B/RTX 4090, every rate halved (its
+  stress rate on the INFERCEPT trace is half the roofline profile's).
+- ablation: each of our choices reverted alone, at the stress rates.
 
 Besides the usual row, every point reports P99 TTFT and P99 normalized latency
 over *all* requests that arrived in the window: a request without a first
 token (or not finished) at the window's end counts with what it has waited so
 far, a lower bound, so starvation cannot hide behind "unfinished". Writes
-OUT/{main,heldout}.json and OUT/tables.md (mean and spread over the seeds).
+OUT/{part}.json and OUT/tables.md (mean and spread over the seeds).
 """
 
 from __future__ import annotations
@@ -178,27 +181,37 @@ def learned_predictor(out: Path) -> str:
     return f"learned:{path}"
 
 
-def heldout_points(seeds: Sequence[int], window: float, out: Path) -> list[BenchPoint]:
+# held-out settings: name -> rates on the roofline OPT-13B profile (where the strongest
+# baseline attains about half its SLO at the higher rate); on GPT-J, whose stress rate on
+# the INFERCEPT trace is half the roofline's (3 vs 6 req/s), every rate is halved
+HELDOUT_RATES = {
+    "toolbench-alt": (1.0, 2.5),
+    "one-call trace": (20.0,),
+    "gamma CV 2": (5.0,),
+    "noisy:0.5 predictor": (6.0,),
+    "learned predictor": (6.0,),
+}
+HELDOUT_PARTS = {"heldout": (HELDOUT_PROFILE, 1.0), "heldout-gptj": ("gptj-6b-rtx4090", 0.5)}
+
+
+def heldout_points(
+    seeds: Sequence[int], window: float, out: Path, part: str = "heldout"
+) -> list[BenchPoint]:
+    profile, scale = HELDOUT_PARTS[part]
     trace = str(default_trace_path())
     oneapi = str(default_trace_path().parent / "diverse_oneapi_merged_exp_uniform.json")
-    base = BenchPoint(
-        OURS, 1.0, backend=BACKEND, trace=trace, profile=HELDOUT_PROFILE, window=window
-    )
-    settings: list[tuple[str, BenchPoint, tuple[float, ...]]] = [
-        (
-            "toolbench-alt",
-            replace(base, trace=toolbench_alt(out / "toolbench-alt.jsonl")),
-            (1.0, 2.5),
-        ),
-        ("one-call trace", replace(base, trace=oneapi), (20.0,)),
-        ("gamma CV 2", replace(base, arrival="gamma:2"), (5.0,)),
-        ("noisy:0.5 predictor", replace(base, predictor="noisy:0.5"), (6.0,)),
-        ("learned predictor", replace(base, predictor=learned_predictor(out)), (6.0,)),
-    ]
+    base = BenchPoint(OURS, 1.0, backend=BACKEND, trace=trace, profile=profile, window=window)
+    settings = {
+        "toolbench-alt": replace(base, trace=toolbench_alt(out / "toolbench-alt.jsonl")),
+        "one-call trace": replace(base, trace=oneapi),
+        "gamma CV 2": replace(base, arrival="gamma:2"),
+        "noisy:0.5 predictor": replace(base, predictor="noisy:0.5"),
+        "learned predictor": replace(base, predictor=learned_predictor(out)),
+    }
     return [
-        replace(b, policy=p, rate=r, seed=s)
-        for _, b, rates in settings
-        for r in rates
+        replace(b, policy=p, rate=r * scale, seed=s)
+        for name, b in settings.items()
+        for r in HELDOUT_RATES[name]
         for p in POLICIES
         for s in seeds
     ]
@@ -289,12 +302,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for part in args.parts.split(","):
         if part == "main":
             pts = main_points(seeds, args.window)
-        elif part == "heldout":
-            pts = heldout_points(seeds, args.window, args.out)
+        elif part in HELDOUT_PARTS:
+            pts = heldout_points(seeds, args.window, args.out, part)
         elif part == "ablation":
             pts = ablation_points(seeds, args.window)
         else:
-            raise SystemExit(f"--parts: unknown part {part!r} (main, heldout, ablation)")
+            raise SystemExit(
+                f"--parts: unknown part {part!r} (main, heldout, heldout-gptj, ablation)"
+            )
         only = set(args.only_policies.split(",")) if args.only_policies else None
         profiles = set(args.profiles.split(",")) if args.profiles else None
         if profiles is not None and not profiles <= set(RATES):
@@ -325,14 +340,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def write_tables(out: Path) -> None:
     text = []
     rows: dict[str, list[Row]] = {}
-    for part in ("main", "heldout", "ablation"):
+    for part in ("main", *HELDOUT_PARTS, "ablation"):
         path = out / f"{part}.json"
         if path.exists():
             rows[part] = json.loads(path.read_text())
     if "main" in rows:
         text += ["## main", "", table(rows["main"]), ""]
-    if "heldout" in rows:
-        text += ["## heldout", "", table(rows["heldout"]), ""]
+    for part in HELDOUT_PARTS:
+        if part in rows:
+            text += [f"## {part}", "", table(rows[part]), ""]
     if "ablation" in rows and "main" in rows:
         stress = {(p, r[1]) for p, r in RATES.items()}
         base = [r for r in rows["main"] if (r["profile"], float(r["rate"])) in stress]
