@@ -3,18 +3,18 @@
 Greedy packing admits a request without KV whenever a block is free. Under
 memory pressure the requests already holding KV then run out of room as they
 decode, and the packer preempts some of them (discard and recompute, as vLLM
-does): measured on the GPT-J/RTX 4090 profile at the stress rate, about half of
-all computed tokens were recomputation of preempted requests, each served
-request preempted ~4 times (docs/results-own-policy.md).
+does): measured on the GPT-J/RTX 4090 profile at the stress rate, over half of
+all computed tokens were recomputation, with ~4 preemptions per served request
+(docs/results-own-policy.md).
 
 The gate admits a request without KV only if its own predicted footprint (its
 context plus the predicted rest of its segment) fits in the memory that is free
 or reclaimable beyond a share `frac` of what the KV holders are predicted to
 grow by before their segments end (the requests it admits join that sum). Once
 it refuses a request it closes for the iteration, so no lower-ranked request
-jumps ahead of the refused one (the policy's order is kept). With no KV holder
-running it always admits, so a request larger than its prediction allows can
-never wait forever.
+jumps ahead of the refused one (the policy's order is kept). With no runnable
+request holding KV it always admits, so a request can never wait forever on a
+growth that nobody will make.
 
 The gate is a pure function of the scheduler's state and the predictions, so
 the simulator and the engine decide alike.
