@@ -22,7 +22,7 @@ the simulator and the engine decide alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from augserve.core.request import Request
 from augserve.sched.memory import MemoryManager
@@ -32,18 +32,14 @@ from augserve.sched.slo import predicted_left
 class GrowthGate:
     """One iteration's admission gate (built by the packer when the policy asks)."""
 
-    def __init__(self, frac: float, memory: MemoryManager, holders: Iterable[Request]) -> None:
+    def __init__(self, frac: float, memory: MemoryManager, holders: Sequence[Request]) -> None:
         if not frac >= 0.0:
             raise ValueError(f"GrowthGate.frac must be >= 0, got {frac}")
         self.frac = frac
         self.memory = memory
         self.pool = memory.pool
-        self.any_holder = False
-        growth = 0
-        for r in holders:
-            self.any_holder = True
-            growth += self.growth(r)
-        self.reserve = frac * growth
+        self.any_holder = bool(holders)
+        self.reserve = frac * sum(self.growth(r) for r in holders)
         self.closed = False
 
     def growth(self, req: Request) -> int:
