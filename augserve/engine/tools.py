@@ -20,8 +20,6 @@ off the loop and hands the result back with `resume`.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -150,34 +148,3 @@ async def run_call(
             f"call of {call.request_id}: the model called a tool but no executor is set"
         )
     return await executor(call.parsed)
-
-
-class CallTimers:
-    """Scripted calls for a synchronous loop: a heap of (return time, call). A call
-    returns `duration * time_scale` after it started (clock seconds)."""
-
-    def __init__(self, time_scale: float = 1.0) -> None:
-        self._heap: list[tuple[float, int, PendingCall]] = []
-        self._seq = itertools.count()
-        self.time_scale = time_scale
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def start(self, call: PendingCall) -> None:
-        if call.scripted is None:
-            raise ValueError(
-                f"call of {call.request_id}: the synchronous loop runs scripted calls only; "
-                "use AsyncLLMEngine for tool executors"
-            )
-        end = call.start + call.scripted.duration * self.time_scale
-        heapq.heappush(self._heap, (end, next(self._seq), call))
-
-    def next_time(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
-
-    def due(self, now: float) -> list[PendingCall]:
-        out = []
-        while self._heap and self._heap[0][0] <= now:
-            out.append(heapq.heappop(self._heap)[2])
-        return out

@@ -43,10 +43,6 @@ class KVManager:
         slots = (len(req.block_ids) + extra_blocks) * self.pool.block_size
         return slots - req.num_computed_tokens
 
-    @property
-    def swap_out_left(self) -> int:
-        return self._swap_out_left
-
     def can_swap_out(self) -> bool:
         return self._swap_out_left > 0 and self.pool.num_free_host > 0
 

@@ -93,35 +93,6 @@ class Packer:
         frac = policy.admission_growth()
         self.gate = GrowthGate(frac, memory, self.holders) if frac is not None else None
 
-    @property
-    def waiting_closed(self) -> bool:
-        """No request without KV can be admitted for the rest of this iteration."""
-        if not self.pool.device.num_free and self.reclaim_exhausted:
-            return True
-        return self.gate is not None and self.gate.closed
-
-    def next_request(self) -> Request | None:
-        """The next request in policy order that could possibly be scheduled.
-
-        While memory is gone (nothing free, nothing reclaimable) requests
-        without KV are passed over without popping them; once memory frees
-        again, those ranked before the last offered request are dropped, as
-        they were passed over at their turn.
-        """
-        held = self.held
-        top = None if self.waiting_closed else self._waiting_top()
-        i = self.next_holder
-        if i < len(held) and (top is None or held[i][0] < top[0]):
-            key, req = held[i]
-            self.next_holder = i + 1
-        elif top is None:
-            return None
-        else:
-            key, req = top
-            self._pop_waiting()
-        self.last_key = key
-        return req
-
     def _waiting_top(self) -> Keyed | None:
         """The best request without KV not yet offered (dropping those ranked before
         the last offered request: they were passed over while memory was gone)."""
@@ -155,8 +126,7 @@ class Packer:
 
     def run(self, budget: int) -> list[ScheduledChunk]:
         """Offer requests in policy order until the budget, the batch size or the
-        requests run out (the merge of `next_request`, inlined: this loop runs for
-        every request of every iteration)."""
+        requests run out."""
         cfg = self.config
         max_seqs, scan_on, bs = cfg.max_num_seqs, cfg.scan_on, self.block_size
         chunks: list[ScheduledChunk] = []

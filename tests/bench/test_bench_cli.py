@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from augserve.bench import runner
 from augserve.bench.pool import run_points
 from augserve.bench.runner import (
     WALL_TIME_COLUMNS,
@@ -165,7 +166,8 @@ def _fake_backend(point: BenchPoint) -> list[dict[str, object]]:
     return [{"policy": point.policy, "rate": point.rate, "seed": point.seed, "goodput": 1.0}]
 
 
-def test_backends_are_pluggable() -> None:
+def test_backends_are_pluggable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(runner.BACKENDS, "fake", "")  # undone after the test: unregistered
     register_backend("fake", f"{__name__}:_fake_backend")
     assert get_backend("fake") is _fake_backend
     pts = expand_points(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from augserve.bench import runner
 from augserve.bench.cache import PointCache, point_identity, point_key
 from augserve.bench.runner import BenchPoint, register_backend
 from augserve.cli import main
@@ -144,8 +145,9 @@ def _counting_backend(point: BenchPoint) -> list[dict[str, object]]:
 
 
 def test_rerun_computes_only_the_points_not_finished(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setitem(runner.BACKENDS, "counting", "")  # undone after the test: unregistered
     register_backend("counting", f"{__name__}:_counting_backend")
     argv = ["bench", "--backend", "counting", "--workload", "infercept-like", "--no-progress"]
     argv += ["--policies", "vllm,augserve", "--rates", "1,2,3", "--workers", "1"]

@@ -80,8 +80,8 @@ def test_prediction_ignores_the_plan_and_counts_generated(planted_model: Learned
     bare.num_tokens += 10
     part = planted_model.predict([bare])[0].output_len
     assert part == pytest.approx(max(1.0, full - 10))
-    bare.segment_generated = 5000  # past every bucket: still a positive estimate
-    assert planted_model.predict([bare])[0].output_len >= 1.0
+    bare.segment_generated = 5000  # past every bucket: the floor of one token
+    assert planted_model.predict([bare])[0].output_len == 1.0
     assert planted_model.predict([]) == []
 
 

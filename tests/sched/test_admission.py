@@ -117,8 +117,10 @@ class _Gated(SlackPolicy):
     admit_growth = 1.0
 
 
-def test_the_share_is_a_scheduler_option_and_zero_turns_the_gate_off() -> None:
-    POLICIES.setdefault(_Gated.name, _Gated)
+def test_the_share_is_a_scheduler_option_and_zero_turns_the_gate_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(POLICIES, _Gated.name, _Gated)
     by_option = decisions("augserve-slo", True, 1, admit_growth=_Gated.admit_growth)
     assert by_option == decisions(_Gated.name, True, 1)
     off = decisions("augserve-slo", True, 1, admit_growth=0.0)
@@ -133,7 +135,7 @@ def test_the_share_is_a_scheduler_option_and_zero_turns_the_gate_off() -> None:
 def test_incremental_ranking_decides_as_a_full_sort_with_the_gate(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    POLICIES.setdefault(_Gated.name, _Gated)
+    monkeypatch.setitem(POLICIES, _Gated.name, _Gated)
     refusals: list[str] = []
     admits = GrowthGate.admits
 

@@ -74,10 +74,12 @@ def test_rescued_requests_rank_first_and_stay_first() -> None:
     assert pol.key(old, 8.0) < pol.key(new, 8.0)
 
 
-def _overload(policy: type[SlackPolicy], n: int = 40) -> list[Request]:
+def _overload(
+    policy: type[SlackPolicy], monkeypatch: pytest.MonkeyPatch, n: int = 40
+) -> list[Request]:
     """n equal requests, one every 0.1 s, on a server that runs one at a time (0.21 s
     each): twice its capacity; returns them when all are done."""
-    POLICIES.setdefault(policy.name, policy)
+    monkeypatch.setitem(POLICIES, policy.name, policy)
     cfg = SchedulerConfig(policy=policy.name, num_device_blocks=64, max_batch_tokens=256,
                           max_num_seqs=1)  # fmt: skip
     driver = Driver(Scheduler(cfg, easy_profile(), OraclePredictor()), iter_time=0.01)
@@ -91,7 +93,9 @@ def _overload(policy: type[SlackPolicy], n: int = 40) -> list[Request]:
     return reqs
 
 
-def test_the_reserve_starts_old_requests_sooner_at_a_bounded_price() -> None:
+def test_the_reserve_starts_old_requests_sooner_at_a_bounded_price(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     class _Slow(SlackPolicy):
         name = "augserve-slo/test-reserve-slow"
         reserve = 0.5
@@ -100,7 +104,7 @@ def test_the_reserve_starts_old_requests_sooner_at_a_bounded_price() -> None:
         name = "augserve-slo/test-no-reserve"
         reserve = 0.0
 
-    plain, reserved = _overload(_Plain), _overload(_Slow)
+    plain, reserved = _overload(_Plain, monkeypatch), _overload(_Slow, monkeypatch)
 
     def ttft(reqs: list[Request]) -> list[float]:
         return sorted(r.first_token_time - r.arrival_time for r in reqs)  # type: ignore[operator]
@@ -116,7 +120,7 @@ def test_the_reserve_starts_old_requests_sooner_at_a_bounded_price() -> None:
 def test_incremental_ranking_decides_as_a_full_sort_with_a_reserve(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    POLICIES.setdefault(_Reserved.name, _Reserved)
+    monkeypatch.setitem(POLICIES, _Reserved.name, _Reserved)
     rescued: list[str] = []
     due = RescueReserve.due
 
@@ -134,11 +138,11 @@ def test_incremental_ranking_decides_as_a_full_sort_with_a_reserve(
     assert rescued[n:] == rescued[:n]  # the same requests, in the same order
 
 
-def test_the_reserve_is_a_scheduler_option() -> None:
+def test_the_reserve_is_a_scheduler_option(monkeypatch: pytest.MonkeyPatch) -> None:
     """`SchedulerConfig.slo_reserve` (`--set slo_reserve=R`) decides exactly as a policy
     whose own reserve is R, and 0 turns a policy's own reserve off (`augserve-slo`'s
     default of 0.05 included)."""
-    POLICIES.setdefault(_Reserved.name, _Reserved)
+    monkeypatch.setitem(POLICIES, _Reserved.name, _Reserved)
     by_option = decisions("augserve-slo", True, 1, slo_reserve=_Reserved.reserve)
     assert by_option == decisions(_Reserved.name, True, 1)
     plain = decisions("augserve-slo", True, 1, slo_reserve=0.0)

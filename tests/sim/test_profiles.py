@@ -101,7 +101,9 @@ def test_sanity_ranges(name: str) -> None:
     assert p.device_kv_bytes < SETUPS[name].tp * gpu.memory_bytes * 0.9
     assert 1e9 <= p.swap_bandwidth <= 4 * 64e9
     assert 100 <= p.max_batch_tokens <= 2048
-    assert p.swap_tokens_per_iter() >= 1
+    # the link swaps at least one token per iteration on its own (swap_tokens_per_iter()
+    # clamps to 1, so asserting on it could not fail)
+    assert p.swap_bandwidth * p.decode_iter_time() / p.kv_bytes >= 1
 
 
 def test_known_measurement_anchors() -> None:

@@ -57,18 +57,26 @@ class AugServePolicy(PlanningPolicy):
             return 0.0
         return call_cost(policy, ctx_at_call, req.pred_call_time, self.latency)
 
-    def _segment_tail(self, req: Request, ctx_start: int) -> float:
-        """C^decode of the predicted output plus C^call of the predicted call."""
-        out = max(1.0, req.pred_output_len)
-        return decode_cost(ctx_start, out, self.tau_iter) + self._planned_call(req, ctx_start)
+    def _segment_tail(self, req: Request, ctx_start: int, call: float) -> float:
+        """C^decode of the predicted output plus `call` (C^call of the predicted call)."""
+        return decode_cost(ctx_start, max(1.0, req.pred_output_len), self.tau_iter) + call
 
-    def arrival_cost(self, req: Request) -> float:
-        """C_i,1 = C^prefill(L_p) + C^decode(L_p, l_out) + C^call(p^)."""
-        return prefill_cost(req.prompt_len, self.latency) + self._segment_tail(req, req.prompt_len)
+    def arrival_cost(self, req: Request, call: float | None = None) -> float:
+        """C_i,1 = C^prefill(L_p) + C^decode(L_p, l_out) + C^call(p^) (`on_arrival`'s C;
+        `call`: C^call when already planned)."""
+        if call is None:
+            call = self._planned_call(req, req.prompt_len)
+        head = prefill_cost(req.prompt_len, self.latency)
+        return head + self._segment_tail(req, req.prompt_len, call)
 
-    def feedback_cost(self, req: Request, applied: ContextPolicy) -> float:
-        """C_i,k = C^return(L~, r) + Resumption(p_applied) + C^decode(L~ + r, l_out) + C^call."""
-        return self._feedback(req, applied) + self._segment_tail(req, req.num_tokens)
+    def feedback_cost(
+        self, req: Request, applied: ContextPolicy, call: float | None = None
+    ) -> float:
+        """C_i,k = C^return(L~, r) + Resumption(p_applied) + C^decode(L~ + r, l_out) + C^call
+        (`on_return`'s C; `call`: C^call when already planned)."""
+        if call is None:
+            call = self._planned_call(req, req.num_tokens)
+        return self._feedback(req, applied) + self._segment_tail(req, req.num_tokens, call)
 
     def _feedback(self, req: Request, applied: ContextPolicy) -> float:
         returned = req.calls[-1].returned_tokens
@@ -106,19 +114,20 @@ class AugServePolicy(PlanningPolicy):
         return value_density(scheduling_value(waited, self.config.beta), self.current_cost(req))
 
     # --- hooks -----------------------------------------------------------------------------
-    def _start_segment(self, req: Request, head: float, ctx_start: int) -> None:
+    def _start_segment(self, req: Request, head: float, call: float, seg: float) -> None:
         rid = req.request_id
-        call = self._planned_call(req, ctx_start)
-        out = max(1.0, req.pred_output_len)
         self._head[rid], self._call[rid], self._req[rid] = head, call, req
-        seg = head + (decode_cost(ctx_start, out, self.tau_iter) + call)
         self._seg[rid] = max(seg, _MIN_COST)
 
     def on_arrival(self, req: Request, now: float) -> None:
-        self._start_segment(req, prefill_cost(req.prompt_len, self.latency), req.prompt_len)
+        call = self._planned_call(req, req.prompt_len)
+        head = prefill_cost(req.prompt_len, self.latency)
+        self._start_segment(req, head, call, self.arrival_cost(req, call))
 
     def on_return(self, req: Request, applied: ContextPolicy, now: float) -> None:
-        self._start_segment(req, self._feedback(req, applied), req.num_tokens)
+        call = self._planned_call(req, req.num_tokens)
+        head = self._feedback(req, applied)
+        self._start_segment(req, head, call, self.feedback_cost(req, applied, call))
 
     def forget(self, request_id: str) -> None:
         for table in (self._head, self._call, self._seg, self._req):
