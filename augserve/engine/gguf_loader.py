@@ -158,41 +158,58 @@ def hf_config(g: GGUFFile) -> dict[str, Any]:
     return cfg
 
 
-class GGUFWeights:
-    """Tensors of a GGUF file by Hugging Face name (the `loader.WeightSource` interface)."""
+def tensor_index(g: GGUFFile) -> dict[str, Any]:
+    """Where each tensor lies in the file (by Hugging Face name), and what the loader needs
+    besides: kept next to the model directory, so that loading skips `GGUFReader`'s slow
+    parse of the whole metadata (the vocabulary is a hundred thousand strings)."""
+    cfg = hf_config(g)
+    tensors = {
+        hf_name(t.name): [int(t.data_offset), int(t.n_bytes), int(t.tensor_type),
+                          [int(d) for d in reversed(t.shape.tolist())]]  # fmt: skip
+        for t in g.tensors.values()
+    }
+    heads = {"q": cfg["num_attention_heads"], "k": cfg["num_key_value_heads"]}
+    return {"permuted": ARCHITECTURES[g.arch][1], "heads": heads, "tensors": tensors}
 
-    def __init__(self, path: str | Path, progress: bool | None = None) -> None:
-        self.file = GGUFFile(path)
-        cfg = hf_config(self.file)
-        self._heads = {"q": cfg["num_attention_heads"], "k": cfg["num_key_value_heads"]}
-        self._permuted = ARCHITECTURES[self.file.arch][1]
-        self._by_hf = {hf_name(n): t for n, t in self.file.tensors.items()}
+
+class GGUFWeights:
+    """Tensors of a GGUF file by Hugging Face name (the `loader.WeightSource` interface).
+    `index`: `tensor_index` of the same file (else it is read with GGUFReader)."""
+
+    def __init__(
+        self, path: str | Path, progress: bool | None = None, index: dict[str, Any] | None = None
+    ) -> None:
+        self.path = Path(path)
+        if index is None:
+            index = tensor_index(GGUFFile(path))
+        self._data = np.memmap(self.path, dtype=np.uint8, mode="r")
+        self._heads: dict[str, int] = index["heads"]
+        self._permuted = bool(index["permuted"])
+        self._tensors: dict[str, list[Any]] = index["tensors"]
         if progress is None:
-            progress = self.file.path.stat().st_size >= PROGRESS_MIN_BYTES
+            progress = self.path.stat().st_size >= PROGRESS_MIN_BYTES
         self._bar: Any = None
         if progress:
             from tqdm import tqdm
 
-            self._bar = tqdm(
-                total=len(self._by_hf), desc=f"loading {self.file.path.name}", unit="tensor"
-            )
+            self._bar = tqdm(total=len(self._tensors), desc=f"loading {self.path.name}", unit="tensor")
 
     def names(self) -> list[str]:
-        return [n for n in self._by_hf if n is not None]
+        return list(self._tensors)
 
     def has(self, name: str) -> bool:
-        return name in self._by_hf
+        return name in self._tensors
 
     def get(self, name: str) -> torch.Tensor:
         """The tensor dequantized to float32, in Hugging Face layout."""
         from gguf import GGMLQuantizationType as Q
         from gguf.quants import dequantize
 
-        t = self._by_hf.get(name)
-        if t is None:
-            raise ValueError(f"weight {name!r} not found in {self.file.path}")
-        w = dequantize(t.data, Q(t.tensor_type)).astype(np.float32, copy=False)
-        w = w.reshape([int(d) for d in reversed(t.shape.tolist())])
+        if name not in self._tensors:
+            raise ValueError(f"weight {name!r} not found in {self.path}")
+        offset, n_bytes, qtype, shape = self._tensors[name]
+        raw = np.asarray(self._data[offset : offset + n_bytes])
+        w = dequantize(raw, Q(qtype)).astype(np.float32, copy=False).reshape(shape)
         proj = name.rsplit(".", 2)[-2]
         if self._permuted and proj in ("q_proj", "k_proj"):
             w = reverse_permute(w, self._heads[proj[0]])
@@ -205,9 +222,10 @@ class GGUFWeights:
         for n in names:
             if self.has(n):
                 return self.get(n)
-        raise ValueError(f"none of the weights {names} found in {self.file.path}")
+        raise ValueError(f"none of the weights {names} found in {self.path}")
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        del self._data

@@ -98,4 +98,4 @@ def open_weights(model_dir: str | Path) -> WeightSource | Any:
         return WeightSource(model_dir)
     from augserve.engine.gguf_loader import GGUFWeights
 
-    return GGUFWeights(source)
+    return GGUFWeights(source["path"], index=source)

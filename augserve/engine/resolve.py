@@ -20,9 +20,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 GGUF_POINTER = "gguf.json"
-CONVERTER_VERSION = 1  # bump when the files written from a GGUF change
+CONVERTER_VERSION = 2  # bump when the files written from a GGUF change
 NAMED_MODELS = ("smollm2",)
 
 
@@ -86,7 +87,7 @@ def gguf_model_dir(
 
 def write_gguf_dir(path: Path, out: Path, chat_template: str | None = None) -> None:
     """Write the config, tokenizer and chat template of a GGUF file into `out`."""
-    from augserve.engine.gguf_loader import GGUFFile, hf_config
+    from augserve.engine.gguf_loader import GGUFFile, hf_config, tensor_index
     from augserve.engine.gguf_tokenizer import build_tokenizer, tokenizer_config, tokenizer_meta
 
     g = GGUFFile(path)
@@ -102,13 +103,15 @@ def write_gguf_dir(path: Path, out: Path, chat_template: str | None = None) -> N
     template = chat_template or g.value("tokenizer.chat_template")
     if isinstance(template, str) and template:
         (out / "chat_template.jinja").write_text(template)
-    pointer = {"path": str(path), "name": path.name, "architecture": g.arch}
+    pointer = {"path": str(path), "name": path.name, "architecture": g.arch, **tensor_index(g)}
     (out / GGUF_POINTER).write_text(json.dumps(pointer, indent=2))
 
 
-def gguf_source(model_dir: str | Path) -> Path | None:
-    """The GGUF file a directory written by `gguf_model_dir` stands for, else None."""
+def gguf_source(model_dir: str | Path) -> dict[str, Any] | None:
+    """`gguf.json` of a directory written by `gguf_model_dir` (the GGUF file's `path` and
+    `gguf_loader.tensor_index`), else None."""
     pointer = Path(model_dir) / GGUF_POINTER
     if not pointer.is_file():
         return None
-    return Path(json.loads(pointer.read_text())["path"])
+    data: dict[str, Any] = json.loads(pointer.read_text())
+    return data
