@@ -7,3 +7,26 @@ PACKAGED_DATA = ROOT / "augserve" / "data"
 # Only the byte-identity check of the shipped copy looks here, and skips without it.
 SHARED_DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(Path(__file__).resolve().parent / "sched"))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct's GGUF through the same fetch the server uses (once per
+    machine, cached under the user's cache folder); skips when it cannot be had."""
+    from augserve.engine.smollm2 import ModelUnavailable, ensure_smollm2_gguf
+
+    try:
+        return ensure_smollm2_gguf()
+    except ModelUnavailable as e:
+        pytest.skip(f"SmolLM2 unavailable: {e}")
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(smollm2_gguf: Path) -> Path:
+    """Its model directory, with augserve's tool-capable template (as `--model smollm2`)."""
+    from augserve.engine.smollm2 import smollm2_model_dir
+
+    return smollm2_model_dir()

@@ -168,7 +168,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--fresh", action="store_true", help="recompute points found in OUT/points/")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     eng = p.add_argument_group("engine backend (--backend engine)")
-    eng.add_argument("--model", metavar="DIR", help="model directory (Hugging Face format)")
+    eng.add_argument(
+        "--model", metavar="MODEL", help="model directory (Hugging Face format), FILE.gguf or smollm2"
+    )
     eng.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="default: bf16 on CPU")
     eng.add_argument("--device", help="cpu or cuda (default: cuda if available)")
     eng.add_argument("--threads", type=argtypes.positive_int, metavar="N", help="torch CPU threads")
@@ -258,8 +260,10 @@ def _engine_env(args: argparse.Namespace) -> None:
     """Hand the engine options to the backend (worker processes inherit them)."""
     if args.model is None and "AUGSERVE_ENGINE_MODEL" not in os.environ:
         raise ValueError("--backend engine needs --model DIR")
-    if args.model is not None and not Path(args.model).is_dir():
-        raise ValueError(f"--model: {args.model!r} is not a directory")
+    if args.model is not None:
+        from augserve.engine.resolve import resolve_model
+
+        args.model = resolve_model(args.model)  # once here, not in every worker
     for option, var in (
         ("model", "MODEL"),
         ("dtype", "DTYPE"),

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 DTYPES = ("fp32", "fp16", "bf16")
+MODEL_HELP = "model directory (config.json + safetensors), FILE.gguf or smollm2"
 
 
 def add_parser(subparsers: Any) -> None:
@@ -29,7 +30,7 @@ def add_parser(subparsers: Any) -> None:
     mk.set_defaults(func=_make_model)
 
     gen = subparsers.add_parser("generate", help="generate text offline with the engine")
-    gen.add_argument("--model", required=True, help="model directory (config.json + safetensors)")
+    gen.add_argument("--model", required=True, help=MODEL_HELP)
     gen.add_argument("--prompt", required=True, action="append", help="prompt text (repeatable)")
     gen.add_argument("--max-tokens", type=int, default=32)
     gen.add_argument("--temperature", type=float, default=0.0)
@@ -43,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
     gen.set_defaults(func=_generate)
 
     prof = subparsers.add_parser("profile", help="fit a latency profile to the engine")
-    prof.add_argument("--model", required=True, help="model directory")
+    prof.add_argument("--model", required=True, help=MODEL_HELP)
     prof.add_argument("--out", required=True, help="output profile JSON")
     prof.add_argument("--name", default=None, help="profile name (default: model dir name)")
     prof.add_argument("--repeats", type=int, default=3, help="timed runs per batch (median)")
@@ -117,13 +118,16 @@ def _profile(args: argparse.Namespace) -> int:
     from augserve.engine.kv_cache import KVCacheConfig
     from augserve.engine.model_runner import ModelRunner, RunnerConfig
     from augserve.engine.profiler import profile_runner
+    from augserve.engine.resolve import resolve_model
 
     blocks = args.num_device_blocks
     if blocks is None and args.kv_cache_memory is None:
         blocks = 512
     kv = KVCacheConfig(args.block_size, blocks, args.kv_cache_memory, args.num_host_blocks)
-    runner = ModelRunner(RunnerConfig(args.model, args.dtype, args.device, kv, args.threads))
-    name = args.name or Path(args.model).resolve().name
+    model = resolve_model(args.model)
+    runner = ModelRunner(RunnerConfig(model, args.dtype, args.device, kv, args.threads))
+    given = Path(args.model).resolve()
+    name = args.name or (given.stem if given.is_file() else given.name)
     res = profile_runner(
         runner,
         name,

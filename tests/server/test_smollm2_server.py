@@ -1,0 +1,93 @@
+"""The server on the real trained model, SmolLM2-135M-Instruct (fetched once and cached;
+skipped without it), through the official `openai` client: a plain question is
+answered in English; with `tool_choice` naming a server-side tool, the tool runs and
+the answer carries its `tool_trace`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.server.conftest import write_tools
+
+openai = pytest.importorskip("openai")
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def smol_server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    import torch
+
+    from augserve.engine.async_engine import AsyncLLMEngine
+    from augserve.engine.builder import EngineArgs, build_engine
+    from augserve.server.launch import BackgroundServer, ServeOptions, build_state
+
+    torch.set_num_threads(2)
+    tools = write_tools(tmp_path_factory.mktemp("tools") / "tools.json")
+    engine = build_engine(EngineArgs(model=str(smollm2_dir), num_device_blocks=128))
+    opts = ServeOptions(("augserve-default", "smollm2"), str(tools))
+    handle = BackgroundServer(build_state(AsyncLLMEngine(engine), smollm2_dir, opts)).start()
+    yield handle
+    handle.stop()
+
+
+def _client(server: Any) -> Any:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=120)
+
+
+def test_plain_question_answered_in_english(smol_server: Any) -> None:
+    r = _client(smol_server).chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=32,
+        temperature=0,
+    )
+    text = r.choices[0].message.content
+    assert "Paris" in text and r.choices[0].finish_reason == "stop", text
+    assert r.model == "smollm2"
+
+
+def _tool_choice_forcing_available() -> bool:
+    try:
+        import augserve.engine.grammar  # noqa: F401 - the decode engineer's constrained decoding
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(
+    not _tool_choice_forcing_available(),
+    reason="needs tool_choice forcing (constrained decoding, augserve/engine/grammar.py, #23)",
+)
+def test_named_server_tool_runs_and_its_trace_comes_back(smol_server: Any) -> None:
+    r = _client(smol_server).chat.completions.create(
+        model="augserve-default",
+        messages=[{"role": "user", "content": "What's the weather in Paris?"}],
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=64,
+        temperature=0,
+        extra_body={"tool_trace": True},
+    )
+    trace = r.choices[0].model_extra["tool_trace"]
+    assert [t["name"] for t in trace][:1] == ["get_weather"], trace
+    args = trace[0]["arguments"]
+    args = json.loads(args) if isinstance(args, str) else args
+    assert isinstance(args.get("city"), str) and trace[0]["error"] is None, trace
+    assert '"temp": 21' in trace[0]["result"]  # the tool's own answer
+    assert r.choices[0].message.content and r.choices[0].finish_reason == "stop"
