@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from augserve.engine.async_engine import AsyncLLMEngine
 from augserve.engine.make_model import make_model
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=6)
-STEP_DELAY = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +23,17 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class SlowSteps:
-    """Wraps `engine.step`: each step sleeps first (a slow forward) and records
-    the thread it ran on and whether two ever overlapped."""
+    """Wraps `engine.step`: a step first waits up to `wait` seconds for the event loop
+    to tick (`tick`, set by a coroutine) and records whether it did, then waits for
+    `release`; it also records the thread it ran on and whether two ever overlapped."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, wait: float = 0.0) -> None:
         self.step, self.threads, self.active, self.overlap = engine.step, set(), 0, False
+        self.wait, self.ticked = wait, []
+        self.tick = threading.Event()  # set by the loop: it ran while this step waited
+        self.running = threading.Event()  # set while a step runs
+        self.release = threading.Event()  # a step runs on only once this is set
+        self.release.set()
         self.lock = threading.Lock()
         engine.step = self
 
@@ -38,10 +42,15 @@ class SlowSteps:
             self.active += 1
             self.overlap |= self.active > 1
             self.threads.add(threading.get_ident())
+        self.running.set()
         try:
-            time.sleep(STEP_DELAY)
+            if self.wait:
+                self.tick.clear()
+                self.ticked.append(self.tick.wait(self.wait))
+            assert self.release.wait(60), "the test never released the step"
             return self.step()
         finally:
+            self.running.clear()
             with self.lock:
                 self.active -= 1
 
@@ -51,17 +60,18 @@ def test_the_loop_is_free_during_a_step_only_with_steps_in_a_thread(
     model_dir: Path, in_thread: bool
 ) -> None:
     llm = LLM(model_dir, dtype="fp32", num_device_blocks=64, block_size=8)
-    slow = SlowSteps(llm.engine)
+    # in a thread, each step waits (up to a minute) for the loop to tick; on the loop,
+    # the loop cannot tick while the step waits, so the short wait always runs out
+    slow = SlowSteps(llm.engine, wait=60.0 if in_thread else 0.02)
 
-    async def main() -> tuple[int, list[Any]]:
+    async def main() -> list[Any]:
         aengine = AsyncLLMEngine(llm.engine, step_in_thread=in_thread)
-        ticks, done = 0, asyncio.Event()
+        done = asyncio.Event()
 
         async def ticker() -> None:
-            nonlocal ticks
             while not done.is_set():
-                await asyncio.sleep(0.005)
-                ticks += 1
+                await asyncio.sleep(0.001)
+                slow.tick.set()
 
         async def consume() -> list[Any]:
             outs = [o async for o in aengine.generate("A quick brown fox", GREEDY, "r0")]
@@ -70,17 +80,16 @@ def test_the_loop_is_free_during_a_step_only_with_steps_in_a_thread(
 
         _, outs = await asyncio.gather(ticker(), consume())
         await aengine.shutdown()
-        return ticks, outs
+        return outs
 
-    ticks, outs = asyncio.run(main())
+    outs = asyncio.run(main())
     assert outs[-1].finished and outs[-1].outputs[0].token_ids
-    steps = len(outs)
-    # 5 ms ticks during >= steps x 50 ms of steps: free loop ~10 ticks per step, blocked ~1
-    if in_thread:
-        assert ticks >= 4 * steps
+    assert len(slow.ticked) >= len(outs)  # a step for each output at least
+    if in_thread:  # the loop ticked during every step
+        assert all(slow.ticked)
         assert threading.get_ident() not in slow.threads
-    else:
-        assert ticks <= 2 * steps + 2
+    else:  # ...during none
+        assert not any(slow.ticked)
         assert slow.threads == {threading.get_ident()}
     assert not slow.overlap
 
@@ -98,14 +107,20 @@ def test_arrivals_and_aborts_during_a_step_apply_after_it(model_dir: Path) -> No
             async for out in aengine.generate(prompt, GREEDY, rid):
                 sink.append(out)
 
+        slow.release.clear()  # the first step waits until b and c came and c left
         t1 = asyncio.create_task(consume("The sun rises", "a", first))
-        await asyncio.sleep(STEP_DELAY / 2)  # the first step is running now
+        assert await asyncio.to_thread(slow.running.wait, 60)  # the first step is running
         second: list[Any] = []
         t2 = asyncio.create_task(consume("A quick brown fox", "b", second))
         doomed: list[Any] = []
         t3 = asyncio.create_task(consume("Gone before it starts", "c", doomed))
-        await asyncio.sleep(STEP_DELAY / 5)
+        for _ in range(5):
+            await asyncio.sleep(0)  # b and c arrive
         t3.cancel()  # aborted while a step runs
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert slow.running.is_set()  # still the first step
+        slow.release.set()
         await asyncio.gather(t1, t2, return_exceptions=True)
         await aengine.shutdown()
         return first, second, llm.engine.stats()

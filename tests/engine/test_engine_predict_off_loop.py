@@ -22,17 +22,27 @@ GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=400)
 
 
 class SlowPredictor:
-    """Takes 0.3 s per call, like a big learned model; records where it ran."""
+    """A slow predictor, like a big learned model: a prediction for "tool" returns only
+    once "busy" has decoded `AHEAD` more tokens (`decoded`, counted on the event loop),
+    which never happens if the prediction blocks the loop (it then gives up after a
+    minute). Records where it ran and how many tokens "busy" decoded meanwhile."""
 
     name = "slow"
     expensive = True
+    AHEAD = 5
 
     def __init__(self) -> None:
         self.threads: list[int] = []
         self.seen: list[tuple[str, int, int]] = []  # (id, segment index, context length)
+        self.decoded = 0  # tokens "busy" has streamed so far (written by the loop)
+        self.during: list[int] = []  # tokens "busy" decoded during each "tool" prediction
 
     def predict(self, requests: Sequence[Request]) -> list[Prediction]:
-        time.sleep(0.3)
+        if any(r.request_id == "tool" for r in requests):
+            start, deadline = self.decoded, time.monotonic() + 60
+            while self.decoded < start + self.AHEAD and time.monotonic() < deadline:
+                time.sleep(0.001)
+            self.during.append(self.decoded - start)
         self.threads.append(threading.get_ident())
         self.seen.extend((r.request_id, r.segment_index, r.num_tokens) for r in requests)
         return [Prediction(output_len=42.0, call_time=1.5) for _ in requests]
@@ -59,6 +69,7 @@ def test_slow_predictor_never_blocks_the_loop(model_dir) -> None:
             nonlocal tokens_during
             async for _ in first:
                 tokens_during += 1
+                predictor.decoded = tokens_during
 
         busy = asyncio.create_task(consume())
         plan = [Segment(3, call_time=0.0, return_len=4), Segment(2)]
@@ -80,11 +91,12 @@ def test_slow_predictor_never_blocks_the_loop(model_dir) -> None:
 
     engine.add = spy_add  # type: ignore[method-assign]
     made, tool = asyncio.run(main())
-    # two 0.3 s predictions (arrival and the return) ran in worker threads...
+    # two slow predictions (arrival and the return) ran in worker threads...
     assert loop_thread not in predictor.threads
     assert [(rid, k) for rid, k, _ in predictor.seen if rid == "tool"] == [("tool", 0), ("tool", 1)]
     # ...the second for the state after the return: 3 prompt + 3 generated + 4 returned
     assert ("tool", 1, 10) in predictor.seen
     assert tool.pred_output_len == 42.0 and tool.num_returned_tokens == 4
-    # and the busy request kept decoding meanwhile (a tiny model decodes far faster)
-    assert made >= 50
+    # and the busy request kept decoding meanwhile
+    assert len(predictor.during) == 2 and min(predictor.during) >= SlowPredictor.AHEAD
+    assert made >= 2 * SlowPredictor.AHEAD

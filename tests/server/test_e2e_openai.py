@@ -68,21 +68,24 @@ def test_python_tool_runs_while_the_request_is_paused(
     mcp_server: LiveServer, client: OpenAI
 ) -> None:
     mcp_server.script(101, call_text("slow_weather", seconds=1.0), "It is sunny.")
-    seen_paused = []
+    seen_paused: list[bool] = []
+    answered = threading.Event()
 
-    def watch() -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not seen_paused:
+    def watch() -> None:  # polls until the answer came (the call sleeps a whole second)
+        while not answered.is_set() and not seen_paused:
             if mcp_server.metric("augserve_num_requests", state="paused") == 1:
                 seen_paused.append(True)
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    resp = client.chat.completions.create(
-        model=MODEL, messages=USER, seed=101, max_tokens=200, extra_body={"tool_trace": True}
-    )
-    watcher.join()
+    try:
+        resp = client.chat.completions.create(
+            model=MODEL, messages=USER, seed=101, max_tokens=200, extra_body={"tool_trace": True}
+        )
+    finally:
+        answered.set()
+        watcher.join()
     choice = resp.choices[0]
     assert choice.message.content == "It is sunny." and choice.finish_reason == "stop"
     assert choice.message.tool_calls is None

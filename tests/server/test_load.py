@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import MODEL, LiveServer, call_text, start_server
@@ -24,22 +23,26 @@ COMPACT = (
 )
 
 
-class PeakWatcher(threading.Thread):
-    """Polls /metrics while the load runs and keeps the peak of each gauge."""
+class StepPeaks:
+    """Wraps the engine's `step`: after every step, the peak of each scheduler count
+    (exact per iteration, unlike polling /metrics, which can miss a brief peak)."""
 
     def __init__(self, srv: LiveServer) -> None:
-        super().__init__(daemon=True)
-        self.srv, self.peak, self.stop = srv, {}, threading.Event()
+        self.engine = srv.state.engine.engine
+        self.step = self.engine.step
+        self.peak: dict[str, int] = {"waiting": 0, "paused": 0, "device_blocks": 0}
+        self.engine.step = self
 
-    def run(self) -> None:
-        while not self.stop.is_set():
-            for key, value in self.srv.metrics().items():
-                if key[0].startswith(("augserve_num_requests", "augserve_kv_blocks_used")):
-                    self.peak[key] = max(self.peak.get(key, 0.0), value)
-            time.sleep(0.2)
-
-    def max(self, name: str, **labels: str) -> float:
-        return self.peak.get((name, tuple(sorted(labels.items()))), 0.0)
+    def __call__(self) -> Any:
+        out = self.step()
+        s = self.engine.stats()
+        for key, value in (
+            ("waiting", s.num_waiting),
+            ("paused", sum(s.num_paused.values())),
+            ("device_blocks", s.device_blocks_used),
+        ):
+            self.peak[key] = max(self.peak[key], value)
+        return out
 
 
 async def one(client: AsyncOpenAI, k: int) -> tuple[str, str, str | None, list]:
@@ -106,11 +109,8 @@ def test_64_streaming_clients_with_tool_calls(
                 1000 + k, f"Adding {k}. ", call_text("add", a=k, b=1000, ms=200), f"Sum {k + 1000}."
             )
         stops_before = srv.metric("augserve_requests_finished_total", finish_reason="stop")
-        watcher = PeakWatcher(srv)
-        watcher.start()
+        peaks = StepPeaks(srv)
         results = run_clients(srv.url)
-        watcher.stop.set()
-        watcher.join()
         assert len({cid for cid, *_ in results}) == N  # no response duplicated
         for k, (_, text, finish, trace) in enumerate(results):
             assert (text, finish) == (f"Adding {k}. Sum {k + 1000}.", "stop"), k
@@ -126,8 +126,8 @@ def test_64_streaming_clients_with_tool_calls(
             assert m[("augserve_num_requests", (("state", state),))] == 0
         # the KV cache was the bottleneck: requests queued, the device filled up, and
         # requests sat paused in their calls while others ran
-        assert watcher.max("augserve_num_requests", state="waiting") > 0
-        assert watcher.max("augserve_kv_blocks_used", location="device") >= 0.9 * 300
-        assert watcher.max("augserve_num_requests", state="paused") > 0
+        assert peaks.peak["waiting"] > 0
+        assert peaks.peak["device_blocks"] >= 0.9 * 300
+        assert peaks.peak["paused"] > 0
     finally:
         srv.stop()
