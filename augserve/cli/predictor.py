@@ -52,6 +52,14 @@ def add_parser(subparsers: Any) -> None:
         help="fraction of requests held out for eval, in [0, 1); 0: train on all "
         "(default: %(default)s)",
     )
+    t.add_argument(
+        "--split",
+        choices=("group", "request"),
+        default="group",
+        help="group: twins (same prompt length and segment lengths) stay on one side, so "
+        "no held-out request has a twin in training; request: request by request "
+        "(default: %(default)s)",
+    )
     t.add_argument("--no-embed", action="store_true", help="metadata features only (no MiniLM)")
     t.add_argument(
         "--max-seq-len",
@@ -106,7 +114,7 @@ def _train(args: argparse.Namespace) -> int:
     argtypes.out_dir("--out", args.out)
     trace: list[Any] = list(_load("--trace", args.trace, load_trace))
     if args.test_frac > 0:
-        train, test = split_by_request(trace, args.test_frac, args.seed)
+        train, test = split_by_request(trace, args.test_frac, args.seed, by=args.split)
     else:
         train, test = trace, []
     cfg = LearnedConfig(
@@ -119,6 +127,7 @@ def _train(args: argparse.Namespace) -> int:
         "trace": str(args.trace),
         "split_seed": args.seed,
         "test_frac": args.test_frac,
+        "split": args.split,
         "held_out_requests": len(test),
     }
     pred = train_learned_predictor(train, cfg, info=info)
@@ -132,7 +141,13 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from augserve.predict.evaluate import evaluate, format_report, measure_latency, split_by_request
+    from augserve.predict.evaluate import (
+        evaluate,
+        format_report,
+        measure_latency,
+        split_by_request,
+        twin_ids,
+    )
     from augserve.predict.learned import load_learned_predictor
     from augserve.workload.registry import load_trace
 
@@ -141,17 +156,25 @@ def _eval(args: argparse.Namespace) -> int:
     models = {Path(d).name: _load("--model", d, load_learned_predictor) for d in args.model}
     first = next(iter(models.values())).manifest
     seed, frac = first["training"].get("split_seed"), first["training"].get("test_frac")
+    by = first["training"].get("split", "request")  # models trained before issue 28
     if not frac:
         raise ValueError(f"{args.model[0]}: trained on the whole trace; nothing is held out")
     for name, m in models.items():
         tr = m.manifest["training"]
-        if (tr.get("split_seed"), tr.get("test_frac")) != (seed, frac):
+        if (tr.get("split_seed"), tr.get("test_frac"), tr.get("split", "request")) != (
+            seed,
+            frac,
+            by,
+        ):
             raise ValueError(f"model {name}: different train/test split from {args.model[0]}")
     trace = list(_load("--trace", args.trace, load_trace))
-    train, test = split_by_request(trace, frac, seed)
+    train, test = split_by_request(trace, frac, seed, by=by)
     report = evaluate(models, train, test)
     latency = {name: measure_latency(m, test) for name, m in models.items()}
-    print(f"held-out: {len(test)} requests of {len(trace)} (seed {seed}, test-frac {frac})")
+    print(
+        f"held-out: {len(test)} requests of {len(trace)} (seed {seed}, test-frac {frac}, "
+        f"split by {by}; {len(twin_ids(train, test))} with a twin in training)"
+    )
     print(format_report(report))
     print(
         f"\nlatency (ms per request; cpus={os.cpu_count()}, load avg "
@@ -165,7 +188,7 @@ def _eval(args: argparse.Namespace) -> int:
                 {
                     "report": report,
                     "latency_ms": latency,
-                    "split": {"seed": seed, "test_frac": frac},
+                    "split": {"seed": seed, "test_frac": frac, "by": by},
                     "argv": sys.argv,
                 },
                 indent=2,

@@ -40,7 +40,12 @@ def prepare(ctx: Context) -> None:
     trace = list(load_trace(default_trace_path()))
     train, test = split_by_request(trace, TEST_FRAC, SPLIT_SEED)
     cfg = LearnedConfig(embed=ctx.scale.learned_embed, seed=SPLIT_SEED)
-    info = {"trace": str(default_trace_path()), "split_seed": SPLIT_SEED, "test_frac": TEST_FRAC}
+    info = {
+        "trace": str(default_trace_path()),
+        "split_seed": SPLIT_SEED,
+        "test_frac": TEST_FRAC,
+        "split": "group",  # no held-out request has a twin in training
+    }
     manifest = model_dir(ctx) / "manifest.json"
     if not (manifest.is_file() and _same(manifest, cfg.embed, len(train))):
         print(f"reproduce: training the learned predictor ({len(train)} requests) ...", flush=True)
@@ -48,13 +53,19 @@ def prepare(ctx: Context) -> None:
         pred.save(model_dir(ctx))
         report = evaluate({"learned": pred}, train, test)
         (ctx.out / "predictor-eval.json").write_text(json.dumps(report, indent=1) + "\n")
+        write_jsonl(heldout_path(ctx), test)  # type: ignore[arg-type]
     if not heldout_path(ctx).is_file():
         write_jsonl(heldout_path(ctx), test)  # type: ignore[arg-type]
 
 
 def _same(manifest: Path, embed: bool, n_train: int) -> bool:
     data = json.loads(manifest.read_text())
-    return bool(data["features"]["embedding"]) == embed and data["training"]["requests"] == n_train
+    training = data["training"]
+    return (
+        bool(data["features"]["embedding"]) == embed
+        and training["requests"] == n_train
+        and training.get("split", "request") == "group"
+    )
 
 
 def _learned(ctx: Context) -> str:
