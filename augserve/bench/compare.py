@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from augserve.bench.report import read_json_rows
+from augserve.bench.reproduce.tables import GOODPUT_FLOOR
 
 # AugServe vs baseline, paper section 8 (geomean goodput ratio; TTFT / norm. latency change)
 PAPER = {
@@ -37,6 +38,11 @@ def _by(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[float, Mapping[str,
 def _geomean(xs: Sequence[float]) -> float | None:
     xs = [x for x in xs if x > 0 and math.isfinite(x)]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _count(row: Mapping[str, Any]) -> str:
+    n = row.get("num_met_slo")
+    return "?" if n is None else f"{int(n)}"
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -75,13 +81,18 @@ def ratio_table(rows: Sequence[Mapping[str, Any]], ref: str = "augserve") -> str
         if base == ref:
             continue
         rates = sorted(set(pts) & set(mine))
+        # a baseline below the floor is a count, not a denominator: left out of the geomean
         ratios = {
-            r: mine[r]["goodput"] / pts[r]["goodput"] if pts[r]["goodput"] else math.inf
+            r: mine[r]["goodput"] / pts[r]["goodput"]
             for r in rates
+            if pts[r]["goodput"] >= GOODPUT_FLOOR
         }
         gm = _geomean(list(ratios.values()))
         per = ", ".join(
-            f"{r:g}: {'inf' if math.isinf(x) else f'{x:.2f}x'}" for r, x in ratios.items()
+            f"{r:g}: {ratios[r]:.2f}x"
+            if r in ratios
+            else f"{r:g}: {_count(mine[r])} vs {_count(pts[r])} met the SLO"
+            for r in rates
         )
         ttft = _change(
             [mine[r].get("ttft_mean") for r in rates], [pts[r].get("ttft_mean") for r in rates]

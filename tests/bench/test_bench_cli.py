@@ -213,8 +213,14 @@ def test_compare_tables() -> None:
             "norm_latency_mean": 0.1,
         },
     ]
+    rows[1]["num_met_slo"], rows[3]["num_met_slo"] = 3, 900
     text = ratio_table(rows)
-    assert "| vllm | 2.00x | 1: 2.00x, 2: inf | -62.5% | -62.5% | 6.5x" in text
+    # 0 req/s is below the floor: a count beside the other, out of the geomean
+    assert "| vllm | 2.00x | 1: 2.00x, 2: 900 vs 3 met the SLO | -62.5% | -62.5% | 6.5x" in text
+    rows[1]["goodput"] = 0.04  # still below the 0.05 req/s floor
+    assert "| vllm | 2.00x | 1: 2.00x, 2: 900 vs 3 met the SLO |" in ratio_table(rows)
+    rows[1]["goodput"] = 0.5  # above it: in the geomean, sqrt(2 x 4)
+    assert "| vllm | 2.83x | 1: 2.00x, 2: 4.00x |" in ratio_table(rows)
     assert sweep_table(rows).count("\n") == 5
 
 

@@ -70,6 +70,15 @@ def test_geomean_and_ratios_skip_zero_baselines() -> None:
     assert geomean_change([1.0, 4.0], [2.0, 1.0]) == pytest.approx(math.sqrt(2) - 1)
 
 
+def test_goodput_ratios_over_a_baseline_below_the_floor_are_left_out() -> None:
+    from augserve.bench.reproduce.tables import GOODPUT_FLOOR, below_floor
+
+    mine, base = [1.0, 1.0, 1.0, 1.0], [0.5, 0.002, 0.0, GOODPUT_FLOOR]
+    assert ratios(mine, base, GOODPUT_FLOOR) == [2.0, 1.0 / GOODPUT_FLOOR]
+    assert below_floor(base) == 2
+    assert ratios(mine, base) == [2.0, 500.0, math.inf, 1.0 / GOODPUT_FLOOR]  # no floor
+
+
 def _row(point: BenchPoint, goodput: float, attain: float) -> dict[str, object]:
     return {
         **point.key(),
@@ -98,10 +107,17 @@ def test_comparison_beside_the_paper_names_a_cause_for_a_large_difference(
     # vLLM collapsing: ours far above the paper's 6.5x, the cause names the discards
     for p in rows:
         if p.policy == "vllm":
+            rows[p] = [_row(p, 0.08, 0.0)]
+    res = Results(rows, ctx.scale.seeds)
+    tab, notes = common.comparison(res, ctx, settings, ["vllm"], dict(paper.GOODPUT_RATIO))
+    assert "12.50x" in tab and "discards the KV cache" in notes[0]
+    # below the 0.05 req/s floor the ratio is left out of the geomean and counted
+    for p in rows:
+        if p.policy == "vllm":
             rows[p] = [_row(p, 0.01, 0.0)]
     res = Results(rows, ctx.scale.seeds)
     tab, notes = common.comparison(res, ctx, settings, ["vllm"], dict(paper.GOODPUT_RATIO))
-    assert "100.00x" in tab and "discards the KV cache" in notes[0]
+    assert "| vllm | - | - (1 left out: baseline < 0.05 req/s) |" in tab and not notes
 
 
 def test_results_average_seeds_and_need_every_seed(tmp_path: Path) -> None:
@@ -197,3 +213,23 @@ def test_reproduce_cli_writes_the_report_with_the_papers_numbers(
 
 def test_reproduce_cli_rejects_an_unknown_section(tmp_path: Path) -> None:
     assert main(["reproduce", "--only", "nope", "--out", str(tmp_path)]) == 2
+
+
+def test_fitted_cells_are_marked_and_left_out_of_the_verdict(
+    tmp_path: Path, tiny_quick: spec.Scale, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert len(spec.fitted("opt-13b-h800-paper", "infercept", 3.0)) == 3  # Tables 2 and 7
+    assert spec.fitted("opt-13b-h800-paper", "vllm", 3.0) == ["Table 7, CV 1, vLLM goodput"]
+    assert spec.fitted("opt-13b-h800", "infercept", 3.0) == []  # the roofline: not fitted
+    assert spec.fitted("opt-13b-h800-paper", "infercept", 4.0) == []
+    rates = {**tiny_quick.rates, "opt-13b-h800": (3.0, 4.0)}
+    monkeypatch.setitem(spec.SCALES, "quick", replace(tiny_quick, rates=rates))
+    ctx = _ctx(tmp_path, spec.SCALES["quick"])
+    for prof, left_out in (("opt-13b-h800", 0), ("opt-13b-h800-paper", 1)):
+        settings = [(prof, spec.INFERCEPT)]
+        rows = {p: [_row(p, 1.0, 0.95)] for p in common.setting_points(ctx, settings)}
+        res = Results(rows, ctx.scale.seeds)
+        assert common.rates_for(ctx, prof, spec.INFERCEPT) == (3.0, 4.0)
+        for base in ("infercept", "vllm", "mars"):
+            _, _, kept = common.pairs(res, ctx, settings, base, "goodput", "augserve")
+            assert len(kept) == 2 - (left_out if base != "mars" else 0), (prof, base)

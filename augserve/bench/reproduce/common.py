@@ -7,7 +7,16 @@ from typing import Any
 
 from augserve.bench.reproduce import paper, spec
 from augserve.bench.reproduce.plan import Context, Results
-from augserve.bench.reproduce.tables import geomean, geomean_change, pct, ratio, ratios, table
+from augserve.bench.reproduce.tables import (
+    GOODPUT_FLOOR,
+    below_floor,
+    geomean,
+    geomean_change,
+    pct,
+    ratio,
+    ratios,
+    table,
+)
 from augserve.bench.runner import BenchPoint, Row
 
 Setting = tuple[str, str]  # (profile, workload)
@@ -80,10 +89,13 @@ def sweep_rows(
 def pairs(
     res: Results, ctx: Context, settings: Sequence[Setting], base: str, key: str, ref: str
 ) -> tuple[list[Any], list[Any], list[tuple[Row, Row]]]:
-    """Matching (ref, base) values of `key` over every rate of the settings."""
+    """Matching (ref, base) values of `key` over every rate of the settings, without the
+    cells a calibrated profile was fitted on (`spec.fitted`)."""
     mine, theirs, rows = [], [], []
     for prof, wl in settings:
         for r in rates_for(ctx, prof, wl):
+            if wl == spec.INFERCEPT and (spec.fitted(prof, base, r) or spec.fitted(prof, ref, r)):
+                continue  # a cell the profile was fitted on: no evidence either way
             a = res.row(spec.point(ref, r, prof, wl, ctx.scale.window, ctx.scale.drain))
             b = res.row(spec.point(base, r, prof, wl, ctx.scale.window, ctx.scale.drain))
             if a is not None and b is not None:
@@ -108,8 +120,9 @@ def comparison(
     body, notes = [], []
     for base in baselines:
         mine, theirs, rows = pairs(res, ctx, settings, base, "goodput", ref)
-        rs = ratios(mine, theirs)
+        rs = ratios(mine, theirs, GOODPUT_FLOOR)
         gm = geomean(rs)
+        low = below_floor(theirs)
         ttft = geomean_change(*pairs(res, ctx, settings, base, "ttft_mean", ref)[:2])
         nl = geomean_change(*pairs(res, ctx, settings, base, "norm_latency_mean", ref)[:2])
         zeros = sum(1 for x in rs if x == float("inf"))
@@ -120,7 +133,8 @@ def comparison(
                 base,
                 ratio(gm),
                 (f"{min(finite):.2f}-{max(finite):.2f}" if finite else "-")
-                + (f" (+{zeros} with baseline 0)" if zeros else ""),
+                + (f" (+{zeros} with baseline 0)" if zeros else "")
+                + (f" ({low} left out: baseline < {GOODPUT_FLOOR:g} req/s)" if low else ""),
                 len(rows),
                 pct(ttft),
                 pct(nl),

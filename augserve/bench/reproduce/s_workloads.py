@@ -79,9 +79,9 @@ def render(ctx: Context, res: Results) -> str:
 
 def _mars(ctx: Context, res: Results, settings: list[common.Setting]) -> str:
     mine, theirs, rows = common.pairs(res, ctx, settings, "mars", "goodput", "augserve")
-    from augserve.bench.reproduce.tables import geomean, geomean_change, ratios
+    from augserve.bench.reproduce.tables import GOODPUT_FLOOR, geomean, geomean_change, ratios
 
-    rs = ratios(mine, theirs)
+    rs = ratios(mine, theirs, GOODPUT_FLOOR)
     gm = geomean(rs)
     finite = [x for x in rs if x != float("inf")]
     ttft = geomean_change(*common.pairs(res, ctx, settings, "mars", "ttft_mean", "augserve")[:2])

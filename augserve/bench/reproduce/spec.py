@@ -195,3 +195,21 @@ def point(
         drain=drain,
         **fields,  # type: ignore[arg-type]
     )
+
+
+FITTED_MARK = " (fitted)"
+
+
+def fitted(profile: str, policy: str, rate: float, budget: int | None = None) -> list[str]:
+    """The paper's figures a calibrated profile was fitted on at this cell (policy and rate
+    on the INFERCEPT trace under Poisson arrivals; `augserve.sim.calibrate`): such a cell
+    reproduces nothing, it is shown marked and kept out of the report's verdicts."""
+    from augserve.sim.calibrate import CALIBRATIONS
+
+    return [
+        f"{t.source} {t.metric}"
+        for cal in CALIBRATIONS
+        if cal.name == profile
+        for t in cal.targets
+        if (t.policy, t.rate, t.max_batch_tokens) == (policy, rate, budget)
+    ]

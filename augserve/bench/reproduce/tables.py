@@ -38,18 +38,31 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
-def ratios(mine: Sequence[float | None], base: Sequence[float | None]) -> list[float]:
-    """mine / base per pair where both exist; a zero base gives inf (left out of geomeans),
-    both zero gives nothing."""
+# A goodput below this (req/s) is a count of requests, not a rate to divide by: 0.05 req/s
+# is 90 requests in 30 minutes. Goodput ratios over a baseline below it are left out of
+# the geomeans and reported as counts (see `below_floor`).
+GOODPUT_FLOOR = 0.05
+
+
+def ratios(
+    mine: Sequence[float | None], base: Sequence[float | None], floor: float = 0.0
+) -> list[float]:
+    """mine / base per pair where both exist and base >= `floor`; a zero base (with a zero
+    floor) gives inf (left out of geomeans), both zero gives nothing."""
     out = []
     for m, b in zip(mine, base, strict=True):
-        if m is None or b is None:
+        if m is None or b is None or (floor > 0 and b < floor):
             continue
         if b > 0:
             out.append(m / b)
         elif m > 0:
             out.append(math.inf)
     return out
+
+
+def below_floor(base: Sequence[float | None], floor: float = GOODPUT_FLOOR) -> int:
+    """How many baseline values are under `floor` (their ratios are left out)."""
+    return sum(1 for b in base if b is not None and b < floor)
 
 
 def geomean_change(mine: Sequence[float | None], base: Sequence[float | None]) -> float | None:
