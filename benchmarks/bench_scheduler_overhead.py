@@ -11,16 +11,25 @@ update to the `vllm` policy's in the same run, and the time per scheduled
 request (policies that batch more requests do more work per iteration).
 
     python benchmarks/bench_scheduler_overhead.py [--sizes 100,500,2000] [--iters 200]
-        [--repeats 3] [--policies vllm,augserve]
+        [--repeats 3] [--policies vllm,augserve] [--json docs/data/scheduler-overhead.json]
+
+`--sizes` should cover the live-request counts the runs being explained reach:
+`live_max` / `live_mean` in docs/data/main-comparison/main.csv (the overloaded
+1800 s points hold thousands of live requests, most waiting).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import random
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import Request, Segment
@@ -102,7 +111,9 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3, help="rounds; the best one counts")
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--json", type=Path, help="also write every figure here (committed data)")
     args = ap.parse_args()
+    rows: list[dict[str, object]] = []
     sizes = [int(s) for s in args.sizes.split(",")]
     policies = args.policies.split(",")
     if "vllm" not in policies:
@@ -120,11 +131,30 @@ def main() -> None:
         base = best["vllm"].total_s
         for policy in policies:
             m = best[policy]
+            rows.append(
+                {"live": n, "policy": policy, "schedule_cpu_ms": m.schedule_s * 1e3,
+                 "update_cpu_ms": m.update_s * 1e3, "both_cpu_ms": m.total_s * 1e3,
+                 "x_vllm": m.total_s / base, "paused": m.paused, "batch": m.batch}
+            )  # fmt: skip
             print(
                 f"{n:>6} {policy:>14} {m.schedule_s * 1e3:>8.3f} {m.update_s * 1e3:>9.3f} "
                 f"{m.total_s * 1e3:>8.3f} {m.total_s / base:>6.2f} "
                 f"{m.total_s * 1e6 / max(m.batch, 1e-9):>6.2f} {m.paused:>6} {m.batch:>6.0f}"
             )
+
+    if args.json:
+        root = Path(__file__).resolve().parent.parent
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        meta = {
+            "command": "python benchmarks/bench_scheduler_overhead.py " + " ".join(sys.argv[1:]),
+            "commit": commit,
+            "clock": "CPU time (time.process_time), best round of --repeats",
+            "load_average": os.getloadavg(),
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

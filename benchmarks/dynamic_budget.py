@@ -63,10 +63,12 @@ def run_point(point: BenchPoint) -> list[Row]:
     return [sim_point_row(replace(point, backend="sim"), BudgetProbe())]
 
 
-def settings() -> list[tuple[str, str, int, tuple[tuple[str, str], ...]]]:
+def settings(
+    budgets: Sequence[int] = BUDGETS,
+) -> list[tuple[str, str, int, tuple[tuple[str, str], ...]]]:
     """(label, policy, T, overrides), in table order."""
     out = []
-    for b in BUDGETS:
+    for b in budgets:
         out.append((f"Base T={b}", "infercept", b, (("dynamic_budget", "false"),)))
         out.append((f"+B T={b}", "infercept", b, (("dynamic_budget", "true"),)))
     two = (("dynamic_budget", "true"), ("beta_high", "2.0"))
@@ -76,7 +78,9 @@ def settings() -> list[tuple[str, str, int, tuple[tuple[str, str], ...]]]:
     return out
 
 
-def points(window: float, rates: Sequence[float], profiles: Sequence[str]) -> list[BenchPoint]:
+def points(
+    window: float, rates: Sequence[float], profiles: Sequence[str], budgets: Sequence[int]
+) -> list[BenchPoint]:
     trace = str(default_trace_path())
     return [
         BenchPoint(
@@ -91,7 +95,7 @@ def points(window: float, rates: Sequence[float], profiles: Sequence[str]) -> li
         )  # fmt: skip
         for prof in profiles
         for rate in rates
-        for _, policy, budget, over in settings()
+        for _, policy, budget, over in settings(budgets)
     ]
 
 
@@ -101,6 +105,18 @@ def label_of(row: Row) -> str:
         if (row["policy"], row["max_batch_tokens"], row["overrides"]) == (policy, budget, tag):
             return label
     raise ValueError(f"no setting for row {row['policy']} {row['overrides']}")
+
+
+def _log(pts: Sequence[BenchPoint]) -> Any:
+    def log(i: int, rows: list[Row]) -> None:
+        r, p = rows[0], pts[i]
+        print(
+            f"  {p.profile} {p.rate:g} {label_of(r)}: goodput {r['goodput']:.3f}, budget "
+            f"below T in {r['budget_below']} of {r['iterations']} iterations",
+            flush=True,
+        )
+
+    return log
 
 
 def csv_rows(rows: Sequence[Row]) -> list[Row]:
@@ -222,13 +238,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--window", type=float, default=WINDOW)
     ap.add_argument("--rates", default=",".join(f"{r:g}" for r in RATES))
     ap.add_argument("--profiles", default=",".join(PROFILES))
+    ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="static budgets T")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "budget")
     args = ap.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
-    pts = points(args.window, rates, args.profiles.split(","))
+    budgets = [int(b) for b in args.budgets.split(",")]
+    if T_MAX not in budgets:
+        raise SystemExit(f"--budgets must include T_max = {T_MAX}")
+    pts = points(args.window, rates, args.profiles.split(","), budgets)
     t0 = time.perf_counter()
-    rows = csv_rows(run_points(pts, workers=args.workers, progress=False))
+    rows = csv_rows(run_points(pts, workers=args.workers, progress=False, on_result=_log(pts)))
     args.out.mkdir(parents=True, exist_ok=True)
     with (args.out / "dynamic-budget.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)

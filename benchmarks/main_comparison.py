@@ -14,25 +14,31 @@
   the CPU time of the worker processes; the two must give identical rows.
 
 Writes OUT/{main,ablation,timing}.json, OUT/tables.md (the tables of
-docs/results-main.md) and OUT/results-main-<profile>.png (copied to docs/img).
+docs/results-main.md) and OUT/results-main-<profile>.png (copied to docs/img);
+and the committed data behind the README's headline, DATA/{main,ablation}.csv
+(one row per point, the live-request counts included) with the command and
+commit in DATA/meta.json (DATA: --data, default docs/data/main-comparison).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import resource
+import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from augserve.bench.budget_probe import BudgetProbe
 from augserve.bench.plots import plot_sweep
 from augserve.bench.pool import run_points
 from augserve.bench.reproduce.tables import GOODPUT_FLOOR
-from augserve.bench.runner import BenchPoint, Row, default_trace_path
+from augserve.bench.runner import BenchPoint, Row, default_trace_path, sim_point_row
 
 PROFILES = ("opt-13b-h800", "opt-13b-h800-paper")
 RATES = (3.0, 4.0, 5.0, 6.0)
@@ -40,6 +46,13 @@ PAPER_POLICIES = ("vllm", "infercept", "ssjf", "mars", "augserve")
 POLICIES = ("vllm", "infercept", "ssjf", "ssjf-infercept", "mars", "augserve")
 WINDOW = 1800.0
 ROOT = Path(__file__).resolve().parent.parent
+BACKEND = "__main__:run_point"  # the simulator with the budget probe (worker processes fork)
+CSV_COLUMNS = (
+    "profile", "policy", "rate", "overrides", "window", "goodput", "num_met_slo",
+    "num_offered", "slo_attainment", "ttft_mean", "ttft_p99", "norm_latency_mean",
+    "norm_latency_p95", "finished_share", "iterations", "discards", "live_max", "live_mean",
+    "budget_below", "sched_ms_per_iter", "sched_cpu_ms_per_iter",
+)  # fmt: skip
 
 HOST_LINK = "host-link"  # MARS's swap rate: the profile's host link, in V2's blocks per second
 # change -> (policies it touches, the override that reverts it alone)
@@ -71,6 +84,13 @@ PAPER = {
 }
 
 
+def run_point(point: BenchPoint) -> list[Row]:
+    """The simulator backend, with the budget probe's columns (live-request counts too)."""
+    from dataclasses import replace
+
+    return [sim_point_row(replace(point, backend="sim"), BudgetProbe())]
+
+
 def resolve(overrides: tuple[tuple[str, str], ...], profile: str) -> tuple[tuple[str, str], ...]:
     """The overrides for `profile`: HOST_LINK becomes the profile's own swap rate in V2's
     64-token blocks per second (what `mars_swap_rate=None` means; a `--set` of None
@@ -93,7 +113,15 @@ def points(
     trace = str(default_trace_path())
     overrides = resolve(overrides, profile)
     return [
-        BenchPoint(p, r, trace=trace, profile=profile, window=WINDOW, overrides=overrides)
+        BenchPoint(
+            p,
+            r,
+            backend=BACKEND,
+            trace=trace,
+            profile=profile,
+            window=WINDOW,
+            overrides=overrides,
+        )  # fmt: skip
         for p in policies
         for r in rates
     ]
@@ -150,7 +178,7 @@ def _by(rows: Iterable[Row]) -> dict[tuple[str, str, float], Row]:
 def main_table(rows: Sequence[Row], profile: str) -> str:
     out = [
         "| policy | rate | goodput | SLO att. | TTFT mean | TTFT p99 | norm. lat. mean "
-        "| norm. lat. p95 | finished | sched ms/iter |",
+        "| norm. lat. p95 | finished | sched CPU ms/iter |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     by = _by(rows)
@@ -164,7 +192,7 @@ def main_table(rows: Sequence[Row], profile: str) -> str:
                 f" | {_f(r['ttft_mean'], '.2f')} | {_f(r.get('ttft_p99'), '.1f')}"
                 f" | {_f(r['norm_latency_mean'], '.4f')} | {_f(r.get('norm_latency_p95'), '.4f')}"
                 f" | {_f(r.get('finished_share'), '.3f')}"
-                f" | {_f(r.get('sched_ms_per_iter'), '.3f')} |"
+                f" | {_f(r.get('sched_cpu_ms_per_iter'), '.3f')} |"
             )
     return "\n".join(out)
 
@@ -304,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "main-comparison")
     ap.add_argument("--window", type=float, default=WINDOW, help="seconds (smoke tests)")
+    ap.add_argument("--data", type=Path, default=ROOT / "docs" / "data" / "main-comparison")
     ap.add_argument("--ablation-profiles", default=",".join(PROFILES))
     ap.add_argument("--ablation-rates", default=",".join(f"{r:g}" for r in RATES))
     ap.add_argument("--timing-rates", default=",".join(f"{r:g}" for r in RATES))
@@ -319,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pts = [pt for prof in PROFILES for pt in points(POLICIES, prof)]
         rows, wall, cpu = timed_run(pts, args.workers)
         (args.out / "main.json").write_text(json.dumps(rows, indent=1, default=str))
+        write_data(args.data, "main", rows, argv)
         print(f"main: {len(pts)} points, {wall:.0f} s wall, {cpu:.0f} s CPU", flush=True)
     if "ablation" in parts:
         rates = [float(r) for r in args.ablation_rates.split(",")]
@@ -330,9 +360,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         rows, wall, cpu = timed_run(pts, args.workers)
         (args.out / "ablation.json").write_text(json.dumps(rows, indent=1, default=str))
+        write_data(args.data, "ablation", rows, argv)
         print(f"ablation: {len(pts)} points, {wall:.0f} s wall, {cpu:.0f} s CPU", flush=True)
     write_tables(args.out)
     return 0
+
+
+def write_data(data: Path, part: str, rows: Sequence[Row], argv: Sequence[str] | None) -> None:
+    """DATA/PART.csv (the committed data behind the README) and DATA/meta.json."""
+    data.mkdir(parents=True, exist_ok=True)
+    with (data / f"{part}.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    meta_path = data / "meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta[part] = {
+        "command": "python benchmarks/main_comparison.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "commit": _commit(),
+        "window_s": WINDOW,
+        "points": len(rows),
+        "columns": "sched_ms_per_iter: wall; sched_cpu_ms_per_iter: CPU of the simulating thread",
+    }
+    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def _set_window(window: float) -> None:

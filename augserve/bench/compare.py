@@ -52,7 +52,7 @@ def _fmt(v: Any, spec: str) -> str:
 def sweep_table(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = [
         "| policy | rate | goodput | SLO att. | TTFT mean | TTFT p99 | norm. lat. mean "
-        "| norm. lat. p95 | finished | sched ms/iter |",
+        "| norm. lat. p95 | finished | sched CPU ms/iter |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -62,7 +62,7 @@ def sweep_table(rows: Sequence[Mapping[str, Any]]) -> str:
             f"| {_fmt(r.get('ttft_p99'), '.2f')} | {_fmt(r.get('norm_latency_mean'), '.4f')} "
             f"| {_fmt(r.get('norm_latency_p95'), '.4f')} "
             f"| {_fmt(r.get('finished_share'), '.3f')} "
-            f"| {_fmt(r.get('sched_ms_per_iter'), '.3f')} |"
+            f"| {_fmt(r.get('sched_cpu_ms_per_iter'), '.3f')} |"
         )
     return "\n".join(lines)
 

@@ -90,7 +90,12 @@ TABLE: tuple[tuple[str, str, str, str], ...] = (
         "share of the longest quarter of requests (most output tokens) that finished",
     ),
     ("long_quartile_latency_p99", "longQ99", "{:.1f}", "99th percentile latency (s) of those"),
-    ("sched_ms_per_iter", "sched_ms", "{:.3f}", "scheduler CPU time per iteration (ms)"),
+    (
+        "sched_cpu_ms_per_iter",
+        "sched_ms",
+        "{:.3f}",
+        "schedule() CPU time per iteration (ms, the simulating thread; wall: sched_ms_per_iter)",
+    ),
 )
 
 

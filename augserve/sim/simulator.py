@@ -70,7 +70,8 @@ _FINISH = StepResult(event=StepEvent.FINISH)
 
 @dataclass
 class SimStats:
-    """Counters of one run. `sched_wall_s` is wall time and is not deterministic."""
+    """Counters of one run. `sched_wall_s` (wall time) and `sched_cpu_s` (this thread's CPU
+    time) are measurements of this machine, not deterministic."""
 
     iterations: int = 0  # iterations that computed or swapped something
     empty_schedules: int = 0  # schedule() calls that returned nothing to do
@@ -80,6 +81,7 @@ class SimStats:
     discards: int = 0
     calls: int = 0
     sched_wall_s: float = 0.0  # wall time inside schedule()
+    sched_cpu_s: float = 0.0  # CPU time of the simulating thread inside schedule()
     sched_calls: int = 0
     end_time: float = 0.0  # virtual time when the run stopped
     stalled: bool = False  # runnable work, no event left, nothing schedulable
@@ -87,6 +89,10 @@ class SimStats:
     @property
     def sched_ms_per_iter(self) -> float:
         return 1000.0 * self.sched_wall_s / self.sched_calls if self.sched_calls else 0.0
+
+    @property
+    def sched_cpu_ms_per_iter(self) -> float:
+        return 1000.0 * self.sched_cpu_s / self.sched_calls if self.sched_calls else 0.0
 
 
 @dataclass
@@ -155,8 +161,9 @@ class Simulator:
 
     def _step(self, sched: Scheduler) -> bool:
         """Schedule and run one iteration at `now`. False when there was nothing to do."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = sched.schedule(self.now)
+        self.stats.sched_cpu_s += time.thread_time() - c0
         self.stats.sched_wall_s += time.perf_counter() - t0
         self.stats.sched_calls += 1
         self.stats.discards += len(out.discarded)
