@@ -196,6 +196,9 @@ def test_reproduce_cli_writes_the_report_with_the_papers_numbers(
         assert title in text
     # the paper's numbers beside ours; sections not run say how to run them
     assert "306.26" in text and "`segment_cost=true`" in text and "`beta_high=2.0`" in text
+    # the calibrated Base at 3 req/s is a cell the profile was fitted on: marked
+    base_row = next(line for line in text.splitlines() if line.startswith("| Base (INFERCEPT)"))
+    assert base_row.count("(fitted)") == 2  # its TTFT and goodput at 3 req/s
     assert "Not run yet: `augserve reproduce --quick --only e2e`" in text
     assert f"`augserve reproduce --quick --only ablation,overhead --out {out}" in text
     assert (rep / "fig" / "table6-overhead.png").read_bytes()[:4] == b"\x89PNG"
@@ -233,3 +236,23 @@ def test_fitted_cells_are_marked_and_left_out_of_the_verdict(
         for base in ("infercept", "vllm", "mars"):
             _, _, kept = common.pairs(res, ctx, settings, base, "goodput", "augserve")
             assert len(kept) == 2 - (left_out if base != "mars" else 0), (prof, base)
+
+
+def test_beta_note_sets_the_papers_beta_and_1e_6_beside_mars(
+    tmp_path: Path, tiny_quick: spec.Scale
+) -> None:
+    from augserve.bench.reproduce import s_sensitivity as sens
+
+    ctx = _ctx(tmp_path, replace(tiny_quick, beta_rates=(3.0,), burst_rates=(3.0,)))
+    r = 3.0
+    goodput = {1e-3: 0.3, 1e-4: 0.9, 5e-5: 1.17, 1e-5: 1.5, 1e-6: 1.68}
+    rows = {
+        sens._beta(ctx, b, r): [_row(sens._beta(ctx, b, r), g, 0.4)] for b, g in goodput.items()
+    }
+    for p in rows:
+        rows[p][0]["ttft_p99"] = 10.0
+    mars = sens._burst(ctx, "mars", r, 1.0)
+    rows[mars] = [_row(mars, 1.23, 0.4)]
+    note = sens._beta_note(ctx, Results(rows, ctx.scale.seeds))
+    assert "Against MARS (1.23 req/s at this rate)" in note
+    assert "gives 1.17, below it" in note and "gives 1.68, above it" in note
