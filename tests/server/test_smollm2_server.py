@@ -38,12 +38,15 @@ def smol_server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     from augserve.server.launch import BackgroundServer, ServeOptions, build_state
 
     torch.set_num_threads(2)
+    patch = pytest.MonkeyPatch()
+    patch.setenv("AUGSERVE_COMPILE", "0")  # eager: no one-off compile in a test
     tools = write_tools(tmp_path_factory.mktemp("tools") / "tools.json")
     engine = build_engine(EngineArgs(model=str(smollm2_dir), num_device_blocks=128))
     opts = ServeOptions(("augserve-default", "smollm2"), str(tools))
     handle = BackgroundServer(build_state(AsyncLLMEngine(engine), smollm2_dir, opts)).start()
     yield handle
     handle.stop()
+    patch.undo()
 
 
 def _client(server: Any) -> Any:
