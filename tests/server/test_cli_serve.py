@@ -96,6 +96,7 @@ def test_auto_dtype_is_the_saved_one(tmp_path: Path) -> None:
 def test_default_model_serves_and_sigterm_shuts_down_cleanly(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "AUGSERVE_API_KEY": "k"}
+    env["AUGSERVE_DEFAULT_MODEL"] = "random"  # the embedded model (SmolLM2: test_smollm2_*)
     log = (tmp_path / "server.log").open("w")
     cmd = [
         sys.executable,
