@@ -57,7 +57,10 @@ def whole_requests(runner: ModelRunner, hf: Any, spec: str, reps: int) -> tuple[
     shape, new = spec.split("->")
     batch, length = (int(x) for x in shape.split("x"))
     prompts = bet._prompts(batch, length, runner.vocab_size)
-    gens = [lambda n: bet.ours_generate(runner, prompts, n), lambda n: bet.hf_generate(hf, prompts, n)]
+    gens = [
+        lambda n: bet.ours_generate(runner, prompts, n),
+        lambda n: bet.hf_generate(hf, prompts, n),
+    ]
     for g in gens:
         g(2)  # warm-up
     best = [0.0, 0.0]
@@ -78,7 +81,9 @@ def main() -> None:
     p.add_argument("--requests", default="16x512->64", help="BATCHxPROMPT->NEW ('' skips)")
     p.add_argument("--reps", type=int, default=3, help="repeats; the best is kept")
     p.add_argument("--no-compile", action="store_true", help="the engine's eager path")
-    p.add_argument("--out", type=Path, default=Path("docs/engine-smollm2"), help="stem: .json, .csv")
+    p.add_argument(
+        "--out", type=Path, default=Path("docs/engine-smollm2"), help="stem: .json, .csv"
+    )
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     model_dir = resolve_model(a.model)
@@ -98,7 +103,9 @@ def main() -> None:
         (o, h), _ = bet.measure(runner, hf, b, a.prompt, a.steps, a.reps)
         row(f"decode batch {b} (prompt {a.prompt})", o, h)
     if a.requests:
-        row(f"requests {a.requests} (with prefill)", *whole_requests(runner, hf, a.requests, a.reps))
+        row(
+            f"requests {a.requests} (with prefill)", *whole_requests(runner, hf, a.requests, a.reps)
+        )
     result = {
         "command": " ".join(sys.argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

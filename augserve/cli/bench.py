@@ -169,7 +169,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     eng = p.add_argument_group("engine backend (--backend engine)")
     eng.add_argument(
-        "--model", metavar="MODEL", help="model directory (Hugging Face format), FILE.gguf or smollm2"
+        "--model",
+        metavar="MODEL",
+        help="model directory (Hugging Face format), FILE.gguf or smollm2",
     )
     eng.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="default: bf16 on CPU")
     eng.add_argument("--device", help="cpu or cuda (default: cuda if available)")

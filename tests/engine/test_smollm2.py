@@ -28,7 +28,9 @@ def hf(smollm2_gguf: Path) -> tuple[Any, Any]:
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")  # transformers needs it to load a GGUF
     d, name = str(smollm2_gguf.parent), smollm2_gguf.name
-    model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        d, gguf_file=name, dtype=torch.float32
+    )
     return model.eval(), transformers.AutoTokenizer.from_pretrained(d, gguf_file=name)
 
 
