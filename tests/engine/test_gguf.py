@@ -133,3 +133,27 @@ def test_unsupported_architecture_and_type_get_one_line(
         resolve_model(tmp_path / "absent.gguf")
     with pytest.raises(ValueError, match="not a model directory, a .gguf file"):
         resolve_model(tmp_path / "nothing-here")
+
+
+def test_sentencepiece_tokenizer_from_metadata() -> None:
+    """tokenizer.ggml.model 'llama' (Llama 2, Mistral): BPE merges recovered from the
+    scores, '▁' for spaces, bytes the vocabulary lacks as <0xNN> tokens."""
+    from augserve.engine.gguf_tokenizer import build_tokenizer, tokenizer_config
+
+    ranked = ["he", "ll", "llo", "hello", "▁hello", "or", "wor", "ld", "world", "▁world"]
+    chars = ["▁", "h", "e", "l", "o", "w", "r", "d"]
+    tokens = ["<unk>", "<s>", "</s>", *[f"<0x{b:02X}>" for b in range(256)], *chars, *ranked]
+    scores = [0.0] * (3 + 256) + [-100.0] * len(chars) + [-10.0 - i for i in range(len(ranked))]
+    types = [2, 3, 3] + [6] * 256 + [1] * (len(chars) + len(ranked))
+    meta = {"model": "llama", "tokens": tokens, "scores": scores, "token_type": types,
+            "unknown_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}  # fmt: skip
+    tok = build_tokenizer(meta)
+    enc = tok.encode("hello world")
+    assert enc.tokens == ["▁hello", "▁world"]
+    assert tok.decode(enc.ids) == "hello world"
+    odd = tok.encode("hi!")  # 'i' and '!' are not in the vocabulary: byte fallback
+    assert odd.tokens == ["▁", "h", "<0x69>", "<0x21>"] and tok.decode(odd.ids) == "hi!"
+    cfg = tokenizer_config(meta)
+    assert (cfg["bos_token"], cfg["eos_token"], cfg["add_bos_token"]) == ("<s>", "</s>", True)
+    with pytest.raises(ValueError, match="tokenizer model 'bert' is not supported"):
+        build_tokenizer({**meta, "model": "bert"})
