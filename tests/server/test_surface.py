@@ -43,7 +43,9 @@ def test_first_chunk_carries_the_role_and_the_first_token(server: LiveServer, ht
     server.script(4101, "Hello", " world")
     chunks = events(http, "/v1/chat/completions", chat(seed=4101, max_tokens=8))
     first = chunks[0]["choices"][0]["delta"]
-    first_token = server.tokenizer.decode(server.tokenizer.encode("Hello", add_special_tokens=False)[:1])
+    first_token = server.tokenizer.decode(
+        server.tokenizer.encode("Hello", add_special_tokens=False)[:1]
+    )
     assert first["role"] == "assistant" and first["refusal"] is None
     assert first["content"] == first_token
     roles = [c["choices"][0]["delta"].get("role") for c in chunks]
