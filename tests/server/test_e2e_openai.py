@@ -224,6 +224,7 @@ def test_streaming_with_a_server_tool(mcp_server: LiveServer, client: OpenAI) ->
         seed=106,
         max_tokens=200,
         stream=True,
+        stream_options={"include_usage": True},
         extra_body={"tool_trace": True},
     )
     chunks = list(stream)
