@@ -13,11 +13,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from augserve.server import chat, completions, endpoints
+from augserve.server import chat, completions, endpoints, responses
 from augserve.server.errors import install_error_handlers
 from augserve.server.metrics import CONTENT_TYPE
 from augserve.server.middleware import APIKeyMiddleware, BodyLimitMiddleware
 from augserve.server.protocol import ChatCompletionRequest, CompletionRequest
+from augserve.server.responses_input import ResponsesRequest
 from augserve.server.state import ServerState
 from augserve.server.strict_json import StrictJSONRoute
 
@@ -85,6 +86,10 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
     @app.post("/v1/completions", responses=ERRORS)
     async def create_completion(body: CompletionRequest, request: Request) -> Any:
         return await completions.completion(state, body, request)
+
+    @app.post("/v1/responses", responses=ERRORS)
+    async def create_response(body: ResponsesRequest, request: Request) -> Any:
+        return await responses.create_response(state, body, request)
 
     @app.get("/v1/models", responses=ERRORS)
     async def list_models() -> JSONResponse:
