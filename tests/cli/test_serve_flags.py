@@ -142,3 +142,15 @@ def test_gpu_memory_utilization_sizes_the_kv_from_free_memory(
     assert cuda == 3 * gib - kv_budget.CUDA_SLACK  # half of the device, less the weights
     with pytest.raises(ValueError, match="gpu_memory_utilization=0.01"):
         kv_budget.kv_cache_bytes(0.01, __import__("torch").device("cpu"), gib, 8 * gib, gib, 0)
+
+
+def test_reproduce_names_the_predictor_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "sklearn" else real(n, *a)
+    )
+    assert main(["reproduce", "--quick", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'augserve[predictor]'" in err and "Traceback" not in err
