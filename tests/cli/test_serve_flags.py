@@ -154,3 +154,11 @@ def test_reproduce_names_the_predictor_extra(
     assert main(["reproduce", "--quick", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "pip install 'augserve[predictor]'" in err and "Traceback" not in err
+
+
+def test_the_server_extra_brings_the_openai_client() -> None:
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    server = meta["project"]["optional-dependencies"]["server"]
+    assert any(req.startswith("openai") for req in server)
