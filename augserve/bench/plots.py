@@ -54,7 +54,8 @@ def sweep_figure(rows: Sequence[Mapping[str, Any]], title: str | None = None) ->
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy)
         slo = next((r[slo_key] for r in rows if slo_key and r.get(slo_key)), None)
         if slo is not None:
-            ax.axhline(float(slo), color="black", linestyle="--", linewidth=1, label="SLO (per request)")
+            style = {"color": "black", "linestyle": "--", "linewidth": 1}
+            ax.axhline(float(slo), label="SLO (per request)", **style)
             ax.legend(handles=ax.get_lines()[-1:], fontsize=8, loc="upper left")
         ax.set_title(better, fontsize=9)
         ax.set_xlabel("request rate (req/s)")

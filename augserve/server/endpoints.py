@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
@@ -117,10 +117,12 @@ def make_router(state: ServerState, errors: dict[int | str, dict[str, Any]]) -> 
     async def version() -> JSONResponse:
         return JSONResponse({"version": __version__})
 
-    @router.api_route("/ping", methods=["GET", "POST"])
-    async def ping(request: Request) -> Response:
+    async def ping() -> Response:
         """vLLM's (SageMaker's) liveness check: 200 with no body, 503 when unhealthy."""
         ok = state.failure is None and not state.draining
         return Response(status_code=200 if ok else 503)
+
+    router.add_api_route("/ping", ping, methods=["GET"], operation_id="ping_get")
+    router.add_api_route("/ping", ping, methods=["POST"], operation_id="ping_post")
 
     return router

@@ -76,15 +76,17 @@ def test_client_function_tool_round_trip(server: LiveServer, client: OpenAI) -> 
         model=MODEL, input=history, tools=[TOOL], extra_body={"seed": 4303}
     )
     assert second.output_text == "It is noon."
+    fn = {"name": "get_time", "arguments": call.arguments}
+    messages = [
+        {"role": "user", "content": "What time is it?"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": call.call_id, "type": "function", "function": fn}]},
+        {"role": "tool", "tool_call_id": call.call_id, "content": "12:00"},
+    ]  # fmt: skip
+    tool_def = {"type": "function", "function": {k: v for k, v in TOOL.items() if k != "type"}}
     prompt = server.state.template.render(
-        [
-            {"role": "user", "content": "What time is it?"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": call.call_id, "type": "function", "function": {"name": "get_time", "arguments": call.arguments}}]},
-            {"role": "tool", "tool_call_id": call.call_id, "content": "12:00"},
-        ],
-        tools=[{"type": "function", "function": {k: v for k, v in TOOL.items() if k != "type"}}]
-        + server.state.registry.definitions(),
-    )  # fmt: skip
+        messages, tools=[tool_def] + server.state.registry.definitions()
+    )
     assert second.usage.input_tokens == len(
         server.tokenizer.encode(prompt, add_special_tokens=False)
     )
