@@ -12,7 +12,7 @@ n="${1:-20}"; len="${2:-600}"; port="${PORT:-8011}"
 out="$(mktemp -d)"
 bash "$here/setup_env.sh" "$venv" >/dev/null
 augserve="${AUGSERVE:-$root/.venv/bin/augserve}"
-model="$("$root/.venv/bin/python" -c 'from augserve.server.default_model import ensure_default_model as e; print(e())')"
+model="$("$root/.venv/bin/python" -c 'from augserve.server.default_model import default_model as d; print(d()[0])')"
 "$augserve" serve --port "$port" --max-model-len 2048 --log-level warning &
 pid=$!; trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
 until curl -sf "localhost:$port/health" >/dev/null; do sleep 1; done

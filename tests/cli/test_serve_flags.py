@@ -87,7 +87,7 @@ def test_a_busy_port_is_one_line_before_the_engine_is_built(
     def never(*a: Any, **k: Any) -> Any:
         raise AssertionError("the engine was built before the port was checked")
 
-    monkeypatch.setattr(dm, "ensure_default_model", never)
+    monkeypatch.setattr(dm, "default_model", never)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
