@@ -3,9 +3,9 @@
 `command: python` (or `python3`) is this interpreter (`sys.executable`), not the
 first python on PATH, and it finds modules in the tools file's folder and the
 working directory (PYTHONPATH), as `python: module:f` tools do. The child's
-stderr goes through a pipe: its lines are logged (`augserve.mcp.NAME`), and the
-last ones are kept, so that a server that dies at start-up is reported with its
-own error rather than "Connection closed".
+stderr goes through a pipe: once the server is up its lines are logged
+(`augserve.mcp.NAME`); a server that dies at start-up is reported with the last
+lines of its own stderr rather than "Connection closed".
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class StderrTail:
         self.lines: deque[str] = deque(maxlen=keep)
         self._log = logging.getLogger(f"augserve.mcp.{name}")
         self._done = threading.Event()
+        self._live = False  # log lines as they come (after a good start; before, keep them)
         threading.Thread(target=self._pump, name=f"mcp-stderr-{name}", daemon=True).start()
 
     def _pump(self) -> None:
@@ -51,7 +52,8 @@ class StderrTail:
             for line in self._read:
                 line = line.rstrip("\n")
                 self.lines.append(line)
-                self._log.info("%s", line)
+                if self._live:
+                    self._log.info("%s", line)
         finally:
             self._done.set()
             self._read.close()
@@ -60,6 +62,12 @@ class StderrTail:
         """The child holds its own copy now: close ours, so the pipe ends with the child."""
         if not self.file.closed:
             self.file.close()
+
+    def connected(self) -> None:
+        """The server is up: log what it wrote while starting, and from now on each line."""
+        for line in list(self.lines):
+            self._log.info("%s", line)
+        self._live = True
 
     def tail(self, n: int = 6, wait: float = 2.0) -> list[str]:
         """The last `n` non-empty lines, once the child's stderr has ended (or `wait`)."""

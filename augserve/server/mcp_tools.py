@@ -73,6 +73,8 @@ async def connect_mcp(spec: McpServerSpec, stack: AsyncExitStack) -> list[McpToo
         if stderr is not None:
             stderr.spawned()
         listed = await client.list_tools()
+        if stderr is not None:
+            stderr.connected()
     except Exception as exc:
         tail = stderr.tail() if stderr is not None else []
         raise ValueError(failure_message(spec, exc, tail)) from None
