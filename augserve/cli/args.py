@@ -55,6 +55,44 @@ def int_arg(low: int) -> Callable[[str], int]:
     return parse
 
 
+def fraction(text: str) -> float:
+    """A number in (0, 1] (`--gpu-memory-utilization`)."""
+    value = _number(text)
+    if not 0.0 < value <= 1.0:
+        raise Bad(f"{text!r} is not a fraction in (0, 1]")
+    return value
+
+
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_UNITS |= {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def byte_size(text: str) -> int:
+    """A size in bytes: `4294967296`, `4G` (10^9), `4GiB` or `4Gi` (2^30), `500M`, ..."""
+    t = text.strip().lower().removesuffix("b")
+    digits = t.rstrip("kmgti")
+    unit = t[len(digits) :]
+    try:
+        value = float(digits) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise Bad(f"{text!r} is not a size in bytes (e.g. 4294967296, 4GiB, 500M)") from None
+    if not (math.isfinite(value) and value >= 1):
+        raise Bad(f"{text!r} must be at least 1 byte")
+    return int(value)
+
+
+def require_extra(extra: str, *modules: str) -> None:
+    """Raise a one-line ValueError naming the extra when a module it installs is missing."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ValueError(
+            f"this command needs the '{extra}' extra (missing: {', '.join(missing)}): "
+            f"pip install 'augserve[{extra}]'"
+        )
+
+
 positive_float = float_arg(0.0, strict=True)
 nonneg_float = float_arg(0.0, strict=False)
 positive_int = int_arg(1)
@@ -171,7 +209,7 @@ def scheduler_override(text: str) -> tuple[str, str]:
     return pair
 
 
-def add_set_option(p: argparse.ArgumentParser, examples: str) -> None:
+def add_set_option(p: argparse._ActionsContainer, examples: str) -> None:
     """`--set KEY=VALUE` (repeatable): any SchedulerConfig field, checked as parsed."""
     p.add_argument(
         "--set",

@@ -96,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     ctx = Context(scale, Path(out), Path(report_dir), tuple(list_profiles()))
     every = sections()
     chosen = [s for s in every if args.only is None or s.name in args.only]
+    if any(s.prepare is not None for s in chosen):  # trains the learned predictor
+        argtypes.require_extra("predictor", "sklearn")
     workers = args.workers or os.cpu_count() or 1
     t0, cpu0 = time.perf_counter(), _cpu_s()
     ray_started = False

@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 from typing import Any
 
 from augserve.cli import args as argtypes
 
+log = logging.getLogger("augserve.serve")
 API_KEY_ENV = "AUGSERVE_API_KEY"
 _DTYPES = {
     "auto": None,
@@ -49,11 +51,161 @@ def _positive_float(text: str) -> float:
     return value
 
 
+_fraction = argtypes.fraction
+_bytes = argtypes.byte_size
+
+
 def _port(text: str) -> int:
     value = _positive_int(text) if text != "0" else 0
     if value > 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (0..65535)")
     return value
+
+
+D = " (default: %(default)s)"
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model and server")
+    g.add_argument(
+        "--model",
+        default=None,
+        help="model directory, FILE.gguf or 'smollm2' (default: SmolLM2, fetched once; "
+        "the random-weight embedded model without a network)",
+    )
+    g.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=None,
+        help="name(s) clients use (default: the --model value)",
+    )
+    g.add_argument("--host", default="127.0.0.1", help="bind address" + D)
+    g.add_argument(
+        "--port", type=_port, default=8000, help="port, checked before the engine is built" + D
+    )
+    g.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require 'Authorization: Bearer KEY' on /v1 (default: ${API_KEY_ENV}, else none)",
+    )
+    g.add_argument(
+        "--tools", default=None, metavar="FILE",
+        help="server-side tools, YAML/JSON (default: none; docs/server.md)",
+    )  # fmt: skip
+    g.add_argument(
+        "--chat-template", default=None, metavar="FILE",
+        help="a Jinja chat template file (default: the model's, else ChatML)",
+    )  # fmt: skip
+    g.add_argument(
+        "--tool-call-parser",
+        default=None,
+        choices=("hermes", "llama3_json"),
+        help="how tool calls are read from the output (default: from the chat template)",
+    )
+    g.add_argument(
+        "--enable-auto-tool-choice", action="store_true",
+        help="vLLM's flag; accepted, and always on here: tool calls are parsed whenever a "
+        "request has tools",
+    )  # fmt: skip
+    g.add_argument(
+        "--max-tokens-limit", type=_positive_int, default=None,
+        help="largest max_tokens a request may ask for (default: the context length)",
+    )  # fmt: skip
+    g.add_argument(
+        "--max-body-bytes", type=_positive_int, default=4 * 1024 * 1024,
+        help="largest request body" + D,
+    )  # fmt: skip
+    g.add_argument(
+        "--shutdown-grace", type=float, default=10.0,
+        help="seconds running requests get to finish on SIGINT/SIGTERM" + D,
+    )  # fmt: skip
+    g.add_argument(
+        "--allow-scripted-tools", action="store_true",
+        help="accept scripted tool plans (augserve_segments) on /v1/completions (benchmarks)",
+    )  # fmt: skip
+    levels = ("critical", "error", "warning", "info", "debug", "trace")
+    g.add_argument("--log-level", default="info", choices=levels[:-1], help="augserve's log" + D)
+    g.add_argument(
+        "--uvicorn-log-level", default=None, choices=levels,
+        help="uvicorn's log (default: --log-level)",
+    )  # fmt: skip
+
+
+def _engine_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine and KV cache")
+    g.add_argument("--dtype", default="auto", choices=sorted(_DTYPES), help="weights and KV" + D)
+    g.add_argument(
+        "--device", default=None,
+        help="cpu, cuda or cuda:N (default: cuda if available, else cpu)",
+    )  # fmt: skip
+    g.add_argument(
+        "--max-model-len", type=_positive_int, default=None,
+        help="context length (default: the model's)",
+    )  # fmt: skip
+    g.add_argument("--block-size", type=_positive_int, default=16, help="tokens per KV block" + D)
+    g.add_argument(
+        "--gpu-memory-utilization", type=_fraction, default=None, metavar="FRACTION",
+        help="size the KV cache as vLLM does: this fraction of the device's memory (of the free "
+        "RAM on CPU), less the weights and activations (default: 512 blocks)",
+    )  # fmt: skip
+    g.add_argument(
+        "--kv-cache-memory-bytes", "--kv-cache-memory", dest="kv_cache_memory",
+        type=_bytes, default=None, metavar="BYTES",
+        help="KV cache size, e.g. 2GiB or 500M; wins over --gpu-memory-utilization "
+        "(default: 512 blocks)",
+    )  # fmt: skip
+    g.add_argument(
+        "--num-device-blocks", type=_positive_int, default=None,
+        help="KV cache size in blocks (default: 512, or from the two flags above)",
+    )  # fmt: skip
+    g.add_argument(
+        "--swap-space", type=_positive_float, default=None,
+        help="host KV pool for swapped-out requests, GiB (default: none)",
+    )  # fmt: skip
+    g.add_argument(
+        "--max-num-batched-tokens", type=_positive_int, default=512,
+        help="token budget of one engine step" + D,
+    )  # fmt: skip
+    g.add_argument(
+        "--max-num-seqs", type=_positive_int, default=256,
+        help="most requests in one engine step" + D,
+    )  # fmt: skip
+    g.add_argument(
+        "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+        help="reuse the KV of a shared prompt prefix (default: the engine's)",
+    )  # fmt: skip
+    g.add_argument(
+        "--threads", type=_positive_int, default=None,
+        help="torch CPU threads (default: torch's)",
+    )  # fmt: skip
+    g.add_argument("--seed", type=int, default=0, help="sampling seed" + D)
+
+
+def _scheduler_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("scheduler")
+    policies = argtypes.policy_names()
+    g.add_argument(
+        "--policy", default="augserve", choices=policies, metavar="POLICY",
+        help=f"scheduling policy, one of: {', '.join(policies)}" + D,
+    )  # fmt: skip
+    g.add_argument(
+        "--predictor", default="oracle", type=argtypes.predictor_arg,
+        help="output-length predictor: oracle, noisy:P or learned:DIR" + D,
+    )  # fmt: skip
+    g.add_argument(
+        "--profile", default=None,
+        help="latency profile JSON or shipped name for the scheduler (default: a rough model "
+        f"of this machine; shipped: {', '.join(argtypes.profile_names())})",
+    )  # fmt: skip
+    g.add_argument(
+        "--slo-ttft", type=_positive_float, default=1.0,
+        help="the SLO's time to first token, seconds (metrics, and augserve-slo's triage)" + D,
+    )  # fmt: skip
+    g.add_argument(
+        "--slo-norm-latency", type=_positive_float, default=0.1,
+        help="the SLO's normalized latency, seconds per generated token" + D,
+    )  # fmt: skip
+    argtypes.add_set_option(g, "slo_reserve=0 or beta=1e-6")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -63,77 +215,9 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--model",
-        default=None,
-        help="model directory, FILE.gguf or 'smollm2' (default: SmolLM2, fetched once; "
-        "the random-weight embedded model without a network)",
-    )
-    p.add_argument(
-        "--served-model-name",
-        nargs="+",
-        default=None,
-        help="name(s) clients use (default: the --model value)",
-    )
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=8000)
-    p.add_argument(
-        "--api-key",
-        default=None,
-        help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})",
-    )
-    p.add_argument("--tools", default=None, metavar="FILE", help="server-side tools (YAML/JSON)")
-    p.add_argument("--policy", default="augserve", help="scheduling policy")
-    p.add_argument("--predictor", default="oracle", help="oracle, noisy:P or learned:DIR")
-    p.add_argument("--chat-template", default=None, metavar="FILE")
-    p.add_argument(
-        "--tool-call-parser",
-        default=None,
-        choices=("hermes", "llama3_json"),
-        help="default: from the chat template",
-    )
-    p.add_argument("--max-model-len", type=_positive_int, default=None)
-    p.add_argument("--dtype", default="auto", choices=sorted(_DTYPES))
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--block-size", type=_positive_int, default=16)
-    p.add_argument("--num-device-blocks", type=_positive_int, default=None)
-    p.add_argument("--kv-cache-memory", type=_positive_int, default=None, help="bytes")
-    p.add_argument("--swap-space", type=_positive_float, default=None, help="host KV in GiB")
-    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=512)
-    p.add_argument("--max-num-seqs", type=_positive_int, default=256)
-    p.add_argument("--profile", default=None, help="latency profile JSON for the scheduler")
-    p.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--max-tokens-limit",
-        type=_positive_int,
-        default=None,
-        help="largest max_tokens a request may ask for",
-    )
-    p.add_argument("--max-body-bytes", type=_positive_int, default=4 * 1024 * 1024)
-    p.add_argument(
-        "--shutdown-grace",
-        type=float,
-        default=10.0,
-        help="seconds running requests get to finish on SIGINT/SIGTERM",
-    )
-    p.add_argument(
-        "--slo-ttft", type=_positive_float, default=1.0,
-        help="the SLO's time to first token, seconds (metrics, and augserve-slo's triage)",
-    )  # fmt: skip
-    p.add_argument(
-        "--slo-norm-latency", type=_positive_float, default=0.1,
-        help="the SLO's normalized latency, seconds per generated token (as --slo-ttft)",
-    )  # fmt: skip
-    argtypes.add_set_option(p, "slo_reserve=0 or beta=1e-6")
-    p.add_argument(
-        "--allow-scripted-tools",
-        action="store_true",
-        help="accept scripted tool plans (augserve_segments) on /v1/completions (benchmarks)",
-    )
-    p.add_argument(
-        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug")
-    )
+    _model_flags(p)
+    _engine_flags(p)
+    _scheduler_flags(p)
     p.set_defaults(func=_serve)
 
 
@@ -161,28 +245,44 @@ def scheduler_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {**slo, **parse_overrides(args.set)}
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from augserve.core.metrics import SLOConfig
-    from augserve.engine.async_engine import AsyncLLMEngine
-    from augserve.engine.builder import EngineArgs, build_engine
-    from augserve.engine.resolve import resolve_model
-    from augserve.server.default_model import default_model
-    from augserve.server.launch import ServeOptions, build_state, serve_forever
-    from augserve.server.state import ServerLimits
+def check_port(host: str, port: int) -> None:
+    """Bind and release `host:port` (as uvicorn binds it), so that a port in use is one
+    line before the engine is built rather than after."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise ValueError(
+                f"--port {port}: cannot listen on {host}:{port} ({reason}); "
+                f"is another server running there? pick another with --port"
+            ) from None
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    model = args.model
-    names = args.served_model_name
-    if model is None:
-        default_dir, default_names = default_model()
-        model = str(default_dir)
-        names = names or default_names
-    else:
-        model = resolve_model(model)
-    names = names or [args.model]
+
+def _not_honoured(args: argparse.Namespace, engine_fields: set[str]) -> dict[str, Any]:
+    """EngineArgs fields of the vLLM flags the engine knows; one warning line for each
+    flag it does not."""
+    extra: dict[str, Any] = {}
+    if args.enable_prefix_caching is not None:
+        if "enable_prefix_caching" in engine_fields:
+            extra["enable_prefix_caching"] = args.enable_prefix_caching
+        elif args.enable_prefix_caching:
+            log.warning("--enable-prefix-caching is not honoured: this engine has no prefix cache")
+    return extra
+
+
+def engine_args(args: argparse.Namespace, model: str) -> Any:
+    from dataclasses import fields
+
+    from augserve.engine.builder import EngineArgs
+
     swap = int(args.swap_space * 2**30) if args.swap_space else None
     dtype = _DTYPES[args.dtype] if args.dtype != "auto" else _auto_dtype(model)
-    eargs = EngineArgs(
+    return EngineArgs(
         model=model,
         policy=args.policy,
         dtype=dtype,
@@ -190,6 +290,7 @@ def _serve(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         num_device_blocks=args.num_device_blocks,
         kv_cache_memory=args.kv_cache_memory,
+        gpu_memory_utilization=args.gpu_memory_utilization,
         swap_space=swap,
         max_model_len=args.max_model_len,
         max_batch_tokens=args.max_num_batched_tokens,
@@ -199,7 +300,33 @@ def _serve(args: argparse.Namespace) -> int:
         num_threads=args.threads,
         seed=args.seed,
         scheduler=scheduler_overrides(args),
+        **_not_honoured(args, {f.name for f in fields(EngineArgs)}),
     )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    argtypes.require_extra("server", "fastapi", "uvicorn", "jinja2", "yaml", "mcp")
+    argtypes.require_extra("engine", "torch", "safetensors", "tokenizers")
+    from augserve.core.metrics import SLOConfig
+    from augserve.engine.async_engine import AsyncLLMEngine
+    from augserve.engine.builder import build_engine
+    from augserve.engine.resolve import resolve_model
+    from augserve.server.default_model import default_model
+    from augserve.server.launch import ServeOptions, build_state, serve_forever
+    from augserve.server.state import ServerLimits
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    check_port(args.host, args.port)
+    model = args.model
+    names = args.served_model_name
+    if model is None:
+        default_dir, default_names = default_model()
+        model = str(default_dir)
+        names = names or default_names
+    else:
+        model = resolve_model(model)
+    names = names or [args.model]
+    eargs = engine_args(args, model)
     limits = ServerLimits(
         args.max_body_bytes, args.max_tokens_limit, shutdown_grace=args.shutdown_grace
     )
@@ -215,4 +342,5 @@ def _serve(args: argparse.Namespace) -> int:
     aengine = AsyncLLMEngine(build_engine(eargs))
     state = build_state(aengine, model, opts)
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    return serve_forever(state, args.host, args.port, api_key, args.log_level)
+    uvicorn_level = args.uvicorn_log_level or args.log_level
+    return serve_forever(state, args.host, args.port, api_key, uvicorn_level)

@@ -27,9 +27,11 @@ DEFAULT_DEVICE_BLOCKS = 512
 @dataclass(frozen=True)
 class EngineArgs:
     """Everything needed to build an engine. KV memory: `num_device_blocks` or
-    `kv_cache_memory` (bytes; default 512 blocks); host swap pool: `num_host_blocks`
-    or `swap_space` (bytes). `profile`: a shipped profile name or JSON file for the
-    scheduler's latency model (default: a rough CPU model, see `default_latency`).
+    `kv_cache_memory` (bytes) or `gpu_memory_utilization` (a fraction of the device's
+    memory, or of the free RAM on CPU: `kv_budget.py`); default 512 blocks. Host swap
+    pool: `num_host_blocks` or `swap_space` (bytes). `profile`: a shipped profile name
+    or JSON file for the scheduler's latency model (default: a rough CPU model, see
+    `default_latency`).
     `scheduler`: further `SchedulerConfig` fields."""
 
     model: str
@@ -39,6 +41,7 @@ class EngineArgs:
     block_size: int = 16
     num_device_blocks: int | None = None
     kv_cache_memory: int | None = None
+    gpu_memory_utilization: float | None = None  # used when neither of the two above is set
     num_host_blocks: int = 0
     swap_space: int | None = None
     max_model_len: int | None = None
@@ -68,6 +71,9 @@ class EngineArgs:
                 raise ValueError(f"EngineArgs.{name} must be >= 0, got {value}")
         if self.num_device_blocks is not None and self.kv_cache_memory is not None:
             raise ValueError("EngineArgs: give num_device_blocks or kv_cache_memory, not both")
+        util = self.gpu_memory_utilization
+        if util is not None and not 0.0 < util <= 1.0:
+            raise ValueError(f"EngineArgs.gpu_memory_utilization must be in (0, 1], got {util}")
         known = {f.name for f in fields(SchedulerConfig)}
         for key in self.scheduler:
             if key not in known:
@@ -93,8 +99,34 @@ def load_latency(profile: str | Path | LatencyModel | None) -> LatencyModel | No
     return load_profile(profile)
 
 
+def _kv_from_utilization(args: EngineArgs) -> int:
+    """Build the model with one KV block, measure what its weights leave of the
+    device's memory, and return the KV bytes `gpu_memory_utilization` allows."""
+    import gc
+
+    import torch
+
+    from augserve.engine import kv_budget
+
+    assert args.gpu_memory_utilization is not None
+    kv = KVCacheConfig(args.block_size, 1, None, 0)
+    probe = ModelRunner(RunnerConfig(args.model, args.dtype, args.device, kv, args.num_threads))
+    free, total = kv_budget.device_memory(probe.device)
+    weights = kv_budget.model_bytes(probe.model)
+    acts = kv_budget.activation_bytes(probe.model, args.max_batch_tokens)
+    device = probe.device
+    del probe
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return kv_budget.kv_cache_bytes(args.gpu_memory_utilization, device, free, total, weights, acts)
+
+
 def build_runner(args: EngineArgs) -> ModelRunner:
     args = replace(args, model=resolve_model(args.model))
+    sized = args.num_device_blocks is not None or args.kv_cache_memory is not None
+    if args.gpu_memory_utilization is not None and not sized:
+        args = replace(args, kv_cache_memory=_kv_from_utilization(args))
     device_blocks = args.num_device_blocks
     if device_blocks is None and args.kv_cache_memory is None:
         device_blocks = DEFAULT_DEVICE_BLOCKS

@@ -13,12 +13,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from augserve.server import chat, completions
+from augserve.server import chat, completions, endpoints, responses
 from augserve.server.errors import install_error_handlers
 from augserve.server.metrics import CONTENT_TYPE
 from augserve.server.middleware import APIKeyMiddleware, BodyLimitMiddleware
 from augserve.server.protocol import ChatCompletionRequest, CompletionRequest
+from augserve.server.responses_input import ResponsesRequest
 from augserve.server.state import ServerState
+from augserve.server.strict_json import StrictJSONRoute
 
 log = logging.getLogger("augserve.server")
 
@@ -74,6 +76,7 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
         description="OpenAI-compatible serving with server-side tools",
     )
     app.state.augserve = state
+    app.router.route_class = StrictJSONRoute  # bad UTF-8, deep nesting: named 400s
     install_error_handlers(app)
 
     @app.post("/v1/chat/completions", responses=ERRORS)
@@ -84,18 +87,13 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
     async def create_completion(body: CompletionRequest, request: Request) -> Any:
         return await completions.completion(state, body, request)
 
+    @app.post("/v1/responses", responses=ERRORS)
+    async def create_response(body: ResponsesRequest, request: Request) -> Any:
+        return await responses.create_response(state, body, request)
+
     @app.get("/v1/models", responses=ERRORS)
     async def list_models() -> JSONResponse:
-        data = [
-            {
-                "id": name,
-                "object": "model",
-                "created": state.created,
-                "owned_by": "augserve",
-                "max_model_len": state.max_model_len,
-            }
-            for name in state.model_names
-        ]
+        data = [endpoints.model_card(state, name) for name in state.model_names]
         return JSONResponse({"object": "list", "data": data})
 
     @app.get("/health")
@@ -110,6 +108,7 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
     async def metrics() -> Response:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
+    app.include_router(endpoints.make_router(state, ERRORS))
     app.add_middleware(BodyLimitMiddleware, max_bytes=state.limits.max_body_bytes)
     if api_key:
         app.add_middleware(APIKeyMiddleware, api_key=api_key)

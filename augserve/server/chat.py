@@ -63,7 +63,7 @@ def _message(cs: ChoiceState) -> dict[str, Any]:
     content: str | None = cs.content
     if cs.tool_calls and not (content or "").strip():
         content = None
-    msg: dict[str, Any] = {"role": "assistant", "content": content}
+    msg: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
     if cs.tool_calls:
         msg["tool_calls"] = cs.tool_calls
     return msg
@@ -129,27 +129,15 @@ async def _stream(
     created: int,
 ) -> AsyncIterator[str]:
     model = req.model
-    for c in choices:
-        first = {
-            "index": c.state.index,
-            "delta": {"role": "assistant", "content": ""},
-            "logprobs": None,
-            "finish_reason": None,
-        }
-        yield sse(_chunk(cid, created, model, first))
+    started: set[int] = set()
     try:
         async with aclosing(merge_choices(state, prompt, choices, cid)) as outs:
             async for i, out in outs:
                 cs = choices[i].state
                 text = cs.delta(out)
-                if text:
-                    delta = {
-                        "index": i,
-                        "delta": {"content": text},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                    yield sse(_chunk(cid, created, model, delta))
+                if i not in started or text:
+                    yield sse(_chunk(cid, created, model, _delta(i, text, i not in started)))
+                    started.add(i)
                 if out.finished:
                     yield sse(_chunk(cid, created, model, _final_delta(cs, req.tool_trace)))
     except RuntimeError as exc:  # the engine loop failed: say so in the stream
@@ -166,6 +154,16 @@ async def _stream(
         }
         yield sse(last)
     yield "data: [DONE]\n\n"
+
+
+def _delta(index: int, text: str, first: bool) -> dict[str, Any]:
+    """A content delta; a choice's first one (sent with its first output, i.e. after
+    prefill, as vLLM does, so that a client's time to first chunk is its TTFT) also
+    carries the role, as OpenAI's does."""
+    delta: dict[str, Any] = {"content": text}
+    if first:
+        delta = {"role": "assistant", "content": text, "refusal": None}
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
 
 
 def _final_delta(cs: ChoiceState, with_trace: bool) -> dict[str, Any]:

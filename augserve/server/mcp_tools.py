@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
+from augserve.server.mcp_stdio import StderrTail, failure_message, stdio_transport
 from augserve.server.tool_config import McpServerSpec
 from augserve.server.tool_runners import Runner, ToolFailed
 
@@ -43,16 +44,14 @@ def _content_text(result: Any) -> str:
     return "\n".join(parts)
 
 
-def _client(spec: McpServerSpec) -> Any:
-    from mcp import Client, StdioServerParameters
+def _client(spec: McpServerSpec, errlog: Any = None) -> Any:
+    """A client of the server; a stdio child runs as `mcp_stdio` says (`command: python`
+    is this interpreter) with its stderr into `errlog`."""
+    from mcp import Client
 
     if spec.url is not None:
         return Client(spec.url, read_timeout_seconds=spec.limits.timeout)
-    assert spec.command is not None
-    params = StdioServerParameters(
-        command=spec.command, args=list(spec.args), env=dict(spec.env) or None, cwd=spec.cwd
-    )
-    return Client(params, read_timeout_seconds=spec.limits.timeout)
+    return Client(stdio_transport(spec, errlog), read_timeout_seconds=spec.limits.timeout)
 
 
 def _runner(client: Any, remote: str) -> Runner:
@@ -68,12 +67,17 @@ def _runner(client: Any, remote: str) -> Runner:
 
 async def connect_mcp(spec: McpServerSpec, stack: AsyncExitStack) -> list[McpTool]:
     """Connect one MCP server (kept open in `stack`) and return its tools."""
+    stderr = StderrTail(spec.name) if spec.url is None else None
     try:
-        client = await stack.enter_async_context(_client(spec))
+        client = await stack.enter_async_context(_client(spec, stderr and stderr.file))
+        if stderr is not None:
+            stderr.spawned()
         listed = await client.list_tools()
+        if stderr is not None:
+            stderr.connected()
     except Exception as exc:
-        where = spec.url or " ".join([spec.command or "", *spec.args])
-        raise ValueError(f"MCP server {spec.name!r} ({where}): cannot connect: {exc}") from exc
+        tail = stderr.tail() if stderr is not None else []
+        raise ValueError(failure_message(spec, exc, tail)) from None
     tools = []
     for tool in listed.tools:
         if spec.tools is not None and tool.name not in spec.tools:

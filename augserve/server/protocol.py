@@ -1,6 +1,8 @@
 """Request bodies of the OpenAI API (the subset augserve serves), as pydantic models.
 
-Unknown fields are ignored, as vLLM does. Fields that change results but are not
+Unknown fields are ignored, as vLLM does; known ones are typed strictly (pydantic's
+strict mode: `"stream": "yes"` or `"max_tokens": true` is a 400 naming the field, and
+an integer is still a valid float). Fields that change results but are not
 supported (logprobs, penalties other than 0, ...) are rejected with a 400 that
 names them, rather than silently ignored. augserve's own extensions: `top_k`,
 `ignore_eos`, `tool_trace` (return the server-side calls with the answer), vLLM's
@@ -12,14 +14,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SEED_MAX = 2**63 - 1
 FUNCTION_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class FunctionDef(_Model):
@@ -56,6 +58,14 @@ class Message(_Model):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _has_content(self) -> Message:
+        """Every message but an assistant's with tool calls has content, as in OpenAI."""
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            what = "or tool_calls " if self.role == "assistant" else ""
+            raise ValueError(f"a {self.role} message needs content {what}(it has none)")
+        return self
 
     def template_dict(self) -> dict[str, Any]:
         d = self.model_dump(exclude_none=True)
@@ -121,8 +131,10 @@ class _SamplingFields(_Model):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
     def wants_usage_chunk(self) -> bool:
+        """A final usage chunk (`choices: []`) only when asked for, as OpenAI and vLLM:
+        clients read `chunk.choices[0]` on every chunk."""
         opts = self.stream_options
-        return opts is None or opts.include_usage is None or bool(opts.include_usage)
+        return opts is not None and bool(opts.include_usage)
 
 
 class ChatCompletionRequest(_SamplingFields):
@@ -154,7 +166,7 @@ class ScriptedSegment(BaseModel):
     `call_time`) pause for a call of `call_time` seconds that returns `return_len`
     filler tokens. Unknown keys are an error (a misspelt key would drop a call)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     output_len: Annotated[int, Field(ge=1)]
     call_time: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] | None = None

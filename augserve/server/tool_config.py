@@ -30,7 +30,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -119,6 +119,7 @@ class McpServerSpec:
     url: str | None = None
     tools: tuple[str, ...] | None = None  # only these (None: every listed tool)
     prefix: str = ""  # prepended to the server's tool names
+    base_dir: str | None = None  # the tools file's folder (`python` finds modules there)
 
 
 def _http_target(d: Any, allowed: tuple[str, ...], where: str) -> HttpTarget:
@@ -208,6 +209,12 @@ class ToolsConfig:
     mcp_servers: tuple[McpServerSpec, ...] = ()
     max_result_chars: int = 16384  # longer results are cut (and say so)
     defaults: Limits = field(default_factory=Limits)
+    base_dir: str | None = None  # the tools file's folder: `python: module:f` looks there
+
+    def module_path(self) -> tuple[str, ...]:
+        """Where `python: module:f` tools (and `command: python` MCP servers) find their
+        modules besides sys.path: the tools file's folder, then the working directory."""
+        return module_path(self.base_dir)
 
     @classmethod
     def from_dict(cls, d: Any) -> ToolsConfig:
@@ -250,6 +257,13 @@ class ToolsConfig:
             except yaml.YAMLError as exc:
                 raise ValueError(f"{p}: not valid YAML ({exc})") from None
         try:
-            return cls.from_dict(data)
+            cfg = cls.from_dict(data)
         except ValueError as exc:
             raise ValueError(f"{p}: {exc}") from None
+        base = str(p.resolve().parent)
+        mcps = tuple(replace(m, base_dir=base) for m in cfg.mcp_servers)
+        return replace(cfg, base_dir=base, mcp_servers=mcps)
+
+
+def module_path(base_dir: str | None) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(d for d in (base_dir, os.getcwd()) if d))

@@ -132,7 +132,7 @@ class ToolRegistry:
 
     def _local(self, spec: ToolSpec) -> RegisteredTool:
         if spec.python is not None:
-            fn = load_callable(spec.python)
+            fn = load_callable(spec.python, self.config.module_path())
             params = spec.parameters or schema_from_signature(fn)
             desc = spec.description or (fn.__doc__ or "").strip().split("\n\n")[0]
             return RegisteredTool(spec.name, desc, params, python_runner(fn), spec.limits, "python")

@@ -10,8 +10,9 @@ import asyncio
 import importlib
 import inspect
 import json
+import sys
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -51,9 +52,13 @@ def result_text(value: Any, limit: int) -> str:
 
 
 # --- Python callables ------------------------------------------------------------------
-def load_callable(target: str) -> Callable[..., Any]:
-    """`module:function` (the attribute may be dotted: `module:Class.method`)."""
+def load_callable(target: str, search: Sequence[str] = ()) -> Callable[..., Any]:
+    """`module:function` (the attribute may be dotted: `module:Class.method`); the
+    module is looked for on sys.path, then in the folders `search` (appended to it)."""
     module_name, _, attr = target.partition(":")
+    for folder in search:
+        if folder not in sys.path:
+            sys.path.append(folder)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:

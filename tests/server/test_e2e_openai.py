@@ -51,7 +51,8 @@ def test_plain_chat_and_streaming_agree(mcp_server: LiveServer, client: OpenAI) 
     prompt = mcp_server.state.template.render(USER, tools=mcp_server.state.registry.definitions())
     assert full.usage.prompt_tokens == len(tok.encode(prompt, add_special_tokens=False))
     assert 1 <= full.usage.completion_tokens <= 12
-    chunks = list(client.chat.completions.create(**kw, stream=True))
+    usage = {"include_usage": True}
+    chunks = list(client.chat.completions.create(**kw, stream=True, stream_options=usage))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == choice.message.content  # greedy: the same answer both ways
     finals = [
@@ -224,6 +225,7 @@ def test_streaming_with_a_server_tool(mcp_server: LiveServer, client: OpenAI) ->
         seed=106,
         max_tokens=200,
         stream=True,
+        stream_options={"include_usage": True},
         extra_body={"tool_trace": True},
     )
     chunks = list(stream)
