@@ -19,6 +19,7 @@ The engine never waits on a call and reads only the clock it was given.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,9 +29,12 @@ from augserve.core.latency import LatencyModel
 from augserve.core.prediction import Prediction, Predictor
 from augserve.core.request import Request, Segment
 from augserve.engine.events import decide
+from augserve.engine.grammar import GrammarMasker
 from augserve.engine.latency_default import default_latency
+from augserve.engine.logits_processors import SampleContext
 from augserve.engine.model_runner import ModelRunner, SeqChunk
 from augserve.engine.outputs import RequestOutput, SeqState, ToolResult
+from augserve.engine.sampler import Logprob
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.swaps import order_swaps
 from augserve.engine.tokenizer import IncrementalDetokenizer, Tokenizer
@@ -50,6 +54,7 @@ from augserve.sched.output import (
 from augserve.sched.scheduler import Scheduler
 
 Results = dict[str, StepResult]
+log = logging.getLogger("augserve.engine")
 
 
 @dataclass
@@ -100,6 +105,17 @@ class LLMEngine:
         self._early = EngineStep()  # finished outside a step (rejected, aborted, too long)
         base = tokenizer.encode(FILLER_TEXT, add_special_tokens=False) if tokenizer else []
         self.filler_ids = base or list(range(3, min(64, runner.vocab_size)))
+        self._grammars: GrammarMasker | None = None
+
+    @property
+    def grammars(self) -> GrammarMasker:
+        """The grammar compiler and masker of this engine's tokenizer (built on first use)."""
+        if self._grammars is None:
+            if self.tokenizer is None:
+                raise ValueError("constrained decoding needs a tokenizer")
+            stop = sorted(self.eos_token_ids)
+            self._grammars = GrammarMasker(self.tokenizer.backend, self.runner.vocab_size, stop)
+        return self._grammars
 
     # --- requests ---------------------------------------------------------------------
     def make_request(
@@ -168,9 +184,20 @@ class LLMEngine:
         tok = self.tokenizer
         detok = IncrementalDetokenizer(tok, req.token_ids) if tok is not None else None
         st = SeqState(req, params, detok, bool(req.segments), stream, tools)
+        self._attach_grammar(st)
         self._states[req.request_id] = st
         now = self.clock() if now is None else now
         self._absorb(self.scheduler.add_request(req, now, prediction), self._early)
+
+    def _attach_grammar(self, st: SeqState) -> None:
+        """A forced call's grammar (the session's) first, then response_format's."""
+        forced = st.tools.grammar if st.tools is not None else None
+        own = st.params.grammar
+        if forced is not None:
+            st.matcher = self.grammars.matcher(forced)
+            st.after_call = self.grammars.matcher(own) if own is not None else None
+        elif own is not None:
+            st.matcher = self.grammars.matcher(own)
 
     def _check_fits(self, request_id: str, num_tokens: int) -> None:
         if num_tokens >= self.max_model_len:
@@ -267,12 +294,32 @@ class LLMEngine:
             for c in out.chunks
         ]
         tokens = self.runner.execute(chunks)
+        logprobs = self.runner.last_logprobs
         results: Results = {}
-        for c, tok in zip(out.chunks, tokens, strict=True):
+        for j, (c, tok) in enumerate(zip(out.chunks, tokens, strict=True)):
             if c.sample and tok is not None:
                 st = self._states[c.request_id]
+                if st.params.logprobs is not None and j < len(logprobs):
+                    lp = logprobs[j]
+                    st.logprobs.append(lp if lp is not None else Logprob(tok, 0.0))
+                self._advance_grammar(st, tok)
                 results[c.request_id] = decide(st, tok, self.eos_token_ids, self.max_model_len)
         return results
+
+    @staticmethod
+    def _advance_grammar(st: SeqState, tok: int) -> None:
+        m = st.matcher
+        if m is None:
+            return
+        if not GrammarMasker.accept(m, tok):  # a token the mask forbade (a scripted sampler)
+            log.warning(
+                "request %s: token %d breaks its grammar; unconstrained from here",
+                st.request.request_id,
+                tok,
+            )
+            st.matcher = None
+        elif m.is_terminated():
+            st.matcher = None
 
     def commit(self, out: SchedulerOutput, results: Results, end: float) -> EngineStep:
         """Report the iteration to the scheduler; outputs, finishes and calls from its update."""
@@ -310,6 +357,13 @@ class LLMEngine:
     ) -> SeqChunk:
         assert req.token_ids is not None
         st = self._states[req.request_id]
-        return SeqChunk(
+        chunk = SeqChunk(
             req.request_id, req.token_ids[start : start + n], start, blocks, sample, st.params
         )
+        if sample and (st.matcher is not None or st.params.min_tokens or st.params.has_penalties):
+            p = st.params
+            stop = p.stop_token_ids + (() if p.ignore_eos else tuple(self.eos_token_ids))
+            chunk.context = SampleContext(
+                p, req.token_ids, st.gen_ids, stop, st.matcher, self._grammars
+            )
+        return chunk

@@ -15,7 +15,7 @@ from collections.abc import Collection
 from augserve.core.request import FinishReason
 from augserve.engine.outputs import SeqState
 from augserve.engine.sampling_params import check_stop
-from augserve.engine.tools import scripted_event
+from augserve.engine.tools import ParsedCall, scripted_event
 from augserve.sched.output import StepEvent, StepResult
 
 
@@ -24,33 +24,72 @@ def decide(st: SeqState, tok: int, eos_ids: Collection[int], max_model_len: int)
     req, p = st.request, st.params
     if tok in p.stop_token_ids or (not p.ignore_eos and tok in eos_ids):
         st.add_generated(tok, decode=False)  # a stop token is not part of the text
-        return StepResult(tok, StepEvent.FINISH, FinishReason.STOP)
+        return finish(st, tok, FinishReason.STOP)
     old = len(st.text)
     st.add_generated(tok)
-    if p.stop and len(st.text) > old:
+    if p.stop and len(st.text) > old and len(st.gen_ids) >= p.min_tokens:
         longest = max(len(s) for s in p.stop)
         idx = check_stop(st.text, p.stop, max(st.segment_start, old - longest + 1))
         if idx is not None:
             st.cut_text(idx)
-            return StepResult(tok, StepEvent.FINISH, FinishReason.STOP)
+            return finish(st, tok, FinishReason.STOP)
     if req.num_tokens + 1 >= max_model_len:
-        return StepResult(tok, StepEvent.FINISH, FinishReason.LENGTH)
+        return finish(st, tok, FinishReason.LENGTH)
     if st.scripted:
         return StepResult(tok, scripted_event(req), FinishReason.STOP)
     if st.tools is not None:
-        return tool_event(st, tok)
+        result = tool_event(st, tok)
+        last = req.max_tokens is not None and req.num_generated_tokens + 1 >= req.max_tokens
+        if result.event is StepEvent.NONE and last:  # cut short: read what was written
+            return finish(st, tok, FinishReason.LENGTH)
+        return result
     return StepResult(tok)
 
 
+def finish(st: SeqState, tok: int, reason: FinishReason) -> StepResult:
+    """The output ends. With tools, the tolerant parser reads its end: the turn's
+    client calls, or a call left unclosed / written as bare JSON or a fence, make it
+    "tool_calls" (a server tool's call runs instead, unless the tokens ran out)."""
+    tools = st.tools
+    if tools is None or st.scripted:
+        return StepResult(tok, StepEvent.FINISH, reason)
+    if not st.client_calls:
+        read_end = getattr(tools.parser, "parse_final", tools.parser.parse)  # optional method
+        call = read_end(st.text, max(st.segment_start, st.call_scan))
+        if call is not None and tools.runs_on_server(call.name):
+            if reason is FinishReason.LENGTH:
+                return StepResult(tok, StepEvent.FINISH, reason)
+            return _server_call(st, tok, call)
+        if call is not None:
+            st.client_calls = [call]
+    if st.client_calls:
+        return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)
+    return StepResult(tok, StepEvent.FINISH, reason)
+
+
+def _server_call(st: SeqState, tok: int, call: ParsedCall) -> StepResult:
+    # a forced call's grammar ends with the call; response_format's (if any) follows
+    st.matcher, st.after_call = st.after_call, None
+    st.call = call
+    return StepResult(tok, StepEvent.CALL, tool=call.name, args_len=len(json.dumps(call.arguments)))
+
+
 def tool_event(st: SeqState, tok: int) -> StepResult:
-    """A complete call in the current segment: CALL for a server tool, else FINISH."""
-    assert st.tools is not None
-    call = st.tools.parser.parse(st.text, st.segment_start)
+    """A complete call in the current segment: CALL for a server tool; a client tool's
+    call finishes the request ("tool_calls"), or, with parallel_tool_calls and no forced
+    call, joins the turn's calls while the model writes on (it may call again)."""
+    tools = st.tools
+    assert tools is not None
+    call = tools.parser.parse(st.text, max(st.segment_start, st.call_scan))
     if call is None:
         return StepResult(tok)
-    if st.tools.runs_on_server(call.name):
-        st.call = call
-        args_len = len(json.dumps(call.arguments))
-        return StepResult(tok, StepEvent.CALL, tool=call.name, args_len=args_len)
-    st.client_calls = [call]
+    if tools.runs_on_server(call.name):
+        if st.client_calls:  # the turn goes back to the client: it cannot pause here
+            return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)
+        return _server_call(st, tok, call)
+    st.matcher, st.after_call = st.after_call, None
+    st.client_calls.append(call)
+    if tools.parallel and tools.grammar is None:
+        st.call_scan = len(st.text)  # look for the next call after this one
+        return StepResult(tok)
     return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)

@@ -17,10 +17,11 @@ from augserve.engine.attention import AttentionMetadata, build_metadata, decode_
 from augserve.engine.cuda_graphs import DecodeGraphs
 from augserve.engine.kv_cache import KVCache, KVCacheConfig
 from augserve.engine.loader import load_config, open_weights
+from augserve.engine.logits_processors import SampleContext, apply_processors, needs_processing
 from augserve.engine.models import CausalLM, model_class
 from augserve.engine.ops import compile_regions, compile_wanted, cuda_graphs_wanted, mark_dynamic
 from augserve.engine.prepack import prepack_wanted
-from augserve.engine.sampler import Sampler
+from augserve.engine.sampler import Logprob, Sampler, logprobs_of
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import read_eos_token_ids
 
@@ -45,6 +46,7 @@ class SeqChunk:
     block_table: list[int]  # device blocks covering positions [0, start_pos + len)
     sample: bool  # sample one token from the last position's logits
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    context: SampleContext | None = None  # for logits processors / logprobs (None: none)
 
 
 @dataclass
@@ -59,6 +61,7 @@ class StepInputs:
     sample_idx: torch.Tensor  # flat indices of their last tokens
     sample_params: list[SamplingParams]
     sample_pos: list[int]  # position of the token being sampled, per sampled chunk
+    sample_ctxs: list[SampleContext | None] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,7 @@ class ModelRunner:
         )
         self._graphs = self._decode_graphs() if graphs else None
         self.sampler = Sampler()
+        self.last_logprobs: list[Logprob | None] = []  # per chunk of the last `sample`
         self.eos_token_ids: tuple[int, ...] = read_eos_token_ids(cfg.model_dir)
         self.vocab_size = m.vocab_size
         self.max_model_len = m.max_model_len
@@ -252,6 +256,7 @@ class ModelRunner:
             sample_idx=torch.tensor([last[i] for i in want], dtype=torch.long, device=dev),
             sample_params=[chunks[i].sampling for i in want],
             sample_pos=[chunks[i].start_pos + len(chunks[i].token_ids) for i in want],
+            sample_ctxs=[chunks[i].context for i in want],
         )
 
     @torch.inference_mode()
@@ -279,12 +284,25 @@ class ModelRunner:
     def sample(self, hidden: torch.Tensor, inp: StepInputs, n: int) -> list[int | None]:
         """LM head on the sampled rows only, then the sampler; None for non-sampled chunks."""
         out: list[int | None] = [None] * n
+        self.last_logprobs = [None] * n
         if not inp.sample_rows:
             return out
         logits = self.model.compute_logits(hidden.index_select(0, inp.sample_idx))
+        want_lp = [r for r, p in enumerate(inp.sample_params) if p.logprobs is not None]
+        raw = (
+            logits.index_select(0, torch.tensor(want_lp, device=logits.device)) if want_lp else None
+        )
+        if needs_processing(inp.sample_ctxs):
+            logits = logits.float()
+            apply_processors(logits, inp.sample_ctxs)
         toks = self.sampler(logits, inp.sample_params, inp.sample_pos)
         for i, t in zip(inp.sample_rows, toks, strict=True):
             out[i] = t
+        if raw is not None:
+            k = [inp.sample_params[r].logprobs or 0 for r in want_lp]
+            lps = logprobs_of(raw, [toks[r] for r in want_lp], k)
+            for r, lp in zip(want_lp, lps, strict=True):
+                self.last_logprobs[inp.sample_rows[r]] = lp
         return out
 
     @torch.inference_mode()

@@ -9,8 +9,10 @@ streaming client never sees a tool result as if the model had written it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from augserve.core.request import Request
+from augserve.engine.sampler import Logprob
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import IncrementalDetokenizer
 from augserve.engine.tools import ParsedCall, ToolSession
@@ -65,6 +67,7 @@ class RequestOutput:
     num_generated_tokens: int = 0
     num_calls: int = 0
     request: Request | None = None
+    new_logprobs: list[Logprob] = field(default_factory=list)  # of new_token_ids
     outputs: list[CompletionOutput] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -97,11 +100,15 @@ class SeqState:
     gen_ids: list[int] = field(default_factory=list)  # generated ids only
     gen_text: str = ""  # generated text only
     segment_start: int = 0  # where the current segment's text begins (stops, parser)
+    call_scan: int = 0  # where the parser looks for the turn's next client call
     sent_ids: int = 0  # len(gen_ids) already reported
     sent_text: int = 0  # len(gen_text) already reported
     call: ParsedCall | None = None  # the call that ended the current segment
     client_calls: list[ParsedCall] = field(default_factory=list)
     results: list[ToolResult] = field(default_factory=list)
+    matcher: Any = None  # the grammar matcher constraining the next tokens, or None
+    after_call: Any = None  # the matcher that takes over after a forced call, or None
+    logprobs: list[Logprob] = field(default_factory=list)  # per generated id (when asked)
 
     def add_generated(self, token_id: int, decode: bool = True) -> None:
         self.gen_ids.append(token_id)
@@ -142,6 +149,7 @@ class SeqState:
             num_generated_tokens=req.num_generated_tokens,
             num_calls=len(req.calls),
             request=req,
+            new_logprobs=self.logprobs[self.sent_ids :],
         )
         self.sent_ids, self.sent_text = len(self.gen_ids), len(self.gen_text)
         return out

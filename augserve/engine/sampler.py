@@ -1,12 +1,44 @@
-"""Batched token sampling: greedy, temperature, top-k, top-p, seeded draws."""
+"""Batched token sampling: greedy, temperature, min-p, top-k, top-p, seeded draws.
+
+The logits come processed (grammar masks, bias, penalties: `logits_processors.py`)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from augserve.engine.sampling_params import SamplingParams
 
 _SEED_MIX = 1_000_003
+
+
+@dataclass(frozen=True)
+class Logprob:
+    """A sampled token's log-probability and the `k` most likely (id, logprob) pairs."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def logprobs_of(raw: torch.Tensor, tokens: list[int], k: list[int]) -> list[Logprob]:
+    """Log-probabilities of `tokens` under the raw logits rows `raw` (vLLM's default
+    "raw_logprobs": before any processor, temperature or grammar mask), with each
+    row's top `k[i]`."""
+    lp = raw.float().log_softmax(dim=-1)
+    dev = lp.device
+    chosen = lp.gather(1, torch.tensor(tokens, device=dev).unsqueeze(1)).squeeze(1).tolist()
+    kmax = min(max(k, default=0), lp.shape[-1])
+    top_v, top_i = lp.topk(kmax, dim=-1) if kmax else (None, None)
+    out = []
+    for row, (tok, val) in enumerate(zip(tokens, chosen, strict=True)):
+        top: tuple[tuple[int, float], ...] = ()
+        if top_v is not None and top_i is not None and k[row]:
+            ids, vals = top_i[row, : k[row]].tolist(), top_v[row, : k[row]].tolist()
+            top = tuple(zip(ids, vals, strict=True))
+        out.append(Logprob(tok, float(val), top))
+    return out
 
 
 def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> None:
@@ -21,6 +53,13 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     remove |= cum_before >= top_p.unsqueeze(1)
     remove[:, 0] = False  # always keep the most likely token
     logits.scatter_(1, sorted_idx, sorted_logits.masked_fill(remove, float("-inf")))
+
+
+def _filter_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> None:
+    """Mask (in place) tokens less likely than min_p times the top token (HF MinPLogitsWarper)."""
+    probs = logits.softmax(dim=-1)
+    top = probs.amax(dim=-1, keepdim=True)
+    logits.masked_fill_(probs < min_p.unsqueeze(1) * top, float("-inf"))
 
 
 def _exponential_noise(
@@ -75,6 +114,8 @@ class Sampler:
         dev = logits.device
         temp = torch.tensor([p.temperature for p in params], device=dev)
         logits = logits / temp.unsqueeze(1)
+        if any(p.min_p > 0.0 for p in params):
+            _filter_min_p(logits, torch.tensor([p.min_p for p in params], device=dev))
         top_k = torch.tensor([p.top_k for p in params], device=dev)
         top_p = torch.tensor([p.top_p for p in params], device=dev)
         if bool((top_k > 0).any()) or bool((top_p < 1.0).any()):

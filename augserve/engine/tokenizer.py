@@ -68,6 +68,11 @@ class Tokenizer:
         self.eos_token_ids = read_eos_token_ids(d)
 
     @property
+    def backend(self) -> HFTokenizer:
+        """The `tokenizers.Tokenizer` underneath (for xgrammar's vocabulary)."""
+        return self._tok
+
+    @property
     def vocab_size(self) -> int:
         return int(self._tok.get_vocab_size())
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from augserve.core.request import Request, Segment
+from augserve.engine.sampling_params import GrammarSpec
 from augserve.sched.output import StepEvent
 
 FILLER_TEXT = " The tool returned the following result: 42. "
@@ -47,6 +48,9 @@ class ToolCallParser(Protocol):
     `segment_start` is the offset in `text` where the current segment began
     (after the prompt or the last call's result), so a call that was already
     executed is never seen twice. Return None while no call is complete.
+    A parser may also have `parse_final(text, segment_start)`, called once when the
+    output ends, to read calls that only count at the end (augserve's parsers accept
+    an unclosed call, bare JSON or a fence there: `tool_parsers.py`).
     """
 
     def parse(self, text: str, segment_start: int) -> ParsedCall | None: ...
@@ -70,6 +74,8 @@ class ToolSession:
     parser: ToolCallParser
     executor: ToolExecutor | None = None
     server_tools: frozenset[str] | None = None
+    grammar: GrammarSpec | None = None  # a forced call (tool_choice): its grammar
+    parallel: bool = True  # parallel_tool_calls: several client calls of one turn
 
     def runs_on_server(self, name: str) -> bool:
         if self.executor is None:

@@ -20,6 +20,7 @@ from augserve.server.generation import (
     merge_choices,
     unless_disconnected,
 )
+from augserve.server.logprobs import chat_logprobs
 from augserve.server.protocol import ChatCompletionRequest
 from augserve.server.request_tools import RequestTools, trace_items
 from augserve.server.state import ServerState, sampling_params
@@ -44,17 +45,21 @@ def prepare(state: ServerState, req: ChatCompletionRequest) -> tuple[list[int], 
     state.check_model(req.model)
     state.check_n(req.n)
     tools = RequestTools(req, state.registry, state.parser_name)
-    text = _render(state, req, tools) + tools.prefix
+    if tools.grammar is not None:
+        state.check_grammar(tools.grammar, "tool_choice")
+    grammar = state.grammar_for(req.response_format)
+    text = _render(state, req, tools)
     prompt = state.encode_prompt(text, special=False, param="messages")
     max_tokens = state.max_tokens_for(req.token_limit, len(prompt), None)
     stop_strings, stop_ids = state.end_markers()
+    vocab = state.vocab_size
     choices = []
     for i in range(req.n):
-        params = sampling_params(req, max_tokens, i, stop_strings, stop_ids)
+        params = sampling_params(req, max_tokens, i, stop_strings, stop_ids, vocab, grammar)
         session, executor = tools.session(state.template)
         stops = params.stop
         cs = ChoiceState(i, session.parser if session else None, executor, stops)
-        cs.forced = tools.prefix
+        cs.forced = tools.grammar is not None
         choices.append(Choice(cs, params, session))
     return prompt, choices
 
@@ -93,7 +98,7 @@ async def chat_completion(state: ServerState, req: ChatCompletionRequest, http: 
         item: dict[str, Any] = {
             "index": c.state.index,
             "message": _message(c.state),
-            "logprobs": None,
+            "logprobs": _logprobs(state, c, c.state.take_logprobs()),
             "finish_reason": c.state.finish_reason,
         }
         if req.tool_trace:
@@ -136,10 +141,13 @@ async def _stream(
                 cs = choices[i].state
                 text = cs.delta(out)
                 if i not in started or text:
-                    yield sse(_chunk(cid, created, model, _delta(i, text, i not in started)))
+                    lp = _logprobs(state, choices[i], cs.take_logprobs())
+                    yield sse(_chunk(cid, created, model, _delta(i, text, i not in started, lp)))
                     started.add(i)
                 if out.finished:
-                    yield sse(_chunk(cid, created, model, _final_delta(cs, req.tool_trace)))
+                    final = _final_delta(cs, req.tool_trace)
+                    final["logprobs"] = _logprobs(state, choices[i], cs.take_logprobs())
+                    yield sse(_chunk(cid, created, model, final))
     except RuntimeError as exc:  # the engine loop failed: say so in the stream
         yield sse(error_body(500, f"generation failed: {exc}"))
     if req.wants_usage_chunk():
@@ -156,14 +164,20 @@ async def _stream(
     yield "data: [DONE]\n\n"
 
 
-def _delta(index: int, text: str, first: bool) -> dict[str, Any]:
+def _delta(index: int, text: str, first: bool, logprobs: Any = None) -> dict[str, Any]:
     """A content delta; a choice's first one (sent with its first output, i.e. after
     prefill, as vLLM does, so that a client's time to first chunk is its TTFT) also
     carries the role, as OpenAI's does."""
     delta: dict[str, Any] = {"content": text}
     if first:
         delta = {"role": "assistant", "content": text, "refusal": None}
-    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+    return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}
+
+
+def _logprobs(state: ServerState, choice: Choice, entries: list[Any]) -> dict[str, Any] | None:
+    if choice.params.logprobs is None:
+        return None
+    return chat_logprobs(state.tokenizer, entries)
 
 
 def _final_delta(cs: ChoiceState, with_trace: bool) -> dict[str, Any]:

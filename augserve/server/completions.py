@@ -24,9 +24,10 @@ from augserve.server.generation import (
     merge_choices,
     unless_disconnected,
 )
+from augserve.server.logprobs import completion_logprobs
 from augserve.server.protocol import CompletionRequest
 from augserve.server.scripted import check_plan_fits, scripted_plan
-from augserve.server.state import ServerState, sampling_params
+from augserve.server.state import ServerState, logprobs_k, sampling_params
 from augserve.server.streaming import SSEResponse, sse, usage
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
@@ -45,6 +46,12 @@ def prepare(
     if len(prompts) * req.n > state.limits.max_n * 4:
         raise APIError(400, f"too many choices: {len(prompts)} prompts x n={req.n}", param="n")
     plan = scripted_plan(state, req)
+    grammar = state.grammar_for(req.response_format)
+    if plan is not None and grammar is not None:
+        raise APIError(
+            400, "response_format does not apply to scripted plans", param="response_format"
+        )
+    vocab = state.vocab_size
     out = []
     for k, p in enumerate(prompts):
         ids = state.encode_prompt(p, special=True)
@@ -58,7 +65,7 @@ def prepare(
             choices = [
                 Choice(
                     ChoiceState(k * req.n + i, stops=tuple(req.stop_list())),
-                    sampling_params(req, max_tokens, i),
+                    sampling_params(req, max_tokens, i, vocab_size=vocab, grammar=grammar),
                 )
                 for i in range(req.n)
             ]
@@ -107,7 +114,7 @@ async def completion(state: ServerState, req: CompletionRequest, http: Request) 
             choice = {
                 "index": c.state.index,
                 "text": echo + c.state.content,
-                "logprobs": None,
+                "logprobs": _logprobs(state, c, c.state.take_logprobs(), len(echo)),
                 "finish_reason": c.state.finish_reason,
             }
             choices.append(extensions(choice, c.state, req, c.state.token_ids))
@@ -122,6 +129,14 @@ async def completion(state: ServerState, req: CompletionRequest, http: Request) 
         "usage": usage(n_prompt, n_out),
     }
     return JSONResponse(body)
+
+
+def _logprobs(
+    state: ServerState, choice: Choice, entries: list[Any], offset: int
+) -> dict[str, Any] | None:
+    if choice.params.logprobs is None:
+        return None
+    return completion_logprobs(state.tokenizer, entries, offset)
 
 
 def extensions(
@@ -139,10 +154,15 @@ async def _stream(
     state: ServerState, req: CompletionRequest, batches: list[Any], cid: str, created: int
 ) -> AsyncIterator[str]:
     queue: asyncio.Queue[str | None] = asyncio.Queue()
+    want_lp = logprobs_k(req) is not None
 
     def chunk(index: int, text: str, finish: str | None, cs: ChoiceState | None = None) -> str:
-        choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+        choice: dict[str, Any] = {"index": index, "text": text, "logprobs": None}
+        choice["finish_reason"] = finish
         if cs is not None:
+            if want_lp:
+                at = len(cs.content) - len(text)
+                choice["logprobs"] = completion_logprobs(state.tokenizer, cs.take_logprobs(), at)
             choice = extensions(choice, cs, req, cs.new_ids)
         return sse(
             {

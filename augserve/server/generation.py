@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from augserve.core.request import Segment
+from augserve.engine.sampler import Logprob
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tool_parsers import held_prefix
 from augserve.engine.tools import ToolSession
@@ -37,7 +38,7 @@ class ChoiceState:
     parser: Any = None  # a StreamingToolParser, or None when tools are off
     executor: CallExecutor | None = None
     stops: tuple[str, ...] = ()
-    forced: str = ""  # the call opening the prompt ends with (tool_choice), read before seg 1
+    forced: bool = False  # tool_choice forces a call: the first segment is that call only
     content: str = ""
     finish_reason: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
@@ -46,8 +47,16 @@ class ChoiceState:
     token_ids: list[int] = field(default_factory=list)  # generated ids so far
     new_ids: list[int] = field(default_factory=list)  # generated ids of the last delta
     timing: dict[str, Any] | None = None  # a finished scripted choice's timings
+    logprobs: list[Logprob] = field(default_factory=list)  # per generated token, if asked
     _sent: int = 0
     _results: int = 0
+    _lp_sent: int = 0
+
+    def take_logprobs(self) -> list[Logprob]:
+        """The logprobs not yet streamed."""
+        new = self.logprobs[self._lp_sent :]
+        self._lp_sent = len(self.logprobs)
+        return new
 
     def delta(self, out: RequestOutput | Ended) -> str:
         """New visible content of this choice after `out`."""
@@ -56,14 +65,15 @@ class ChoiceState:
             return ""
         self.new_ids = list(out.new_token_ids)
         self.token_ids += self.new_ids
+        self.logprobs += out.new_logprobs
         if self.scripted:
             return self._scripted_delta(out)
         if len(out.tool_results) > self._results:  # a tool answered: a new segment began
             self._results, self._sent = len(out.tool_results), 0
         seg = out.segment_text
-        if self.forced and self._results == 0:
-            seg = self.forced + seg
         visible = self.parser.content(seg, out.finished) if self.parser is not None else seg
+        if self.forced and self._results == 0:
+            visible = ""  # a forced call cut short (max_tokens) is not content either
         if not out.finished:
             held = max((held_prefix(visible, s) for s in self.stops), default=0)
             visible = visible[: len(visible) - held]

@@ -3,8 +3,8 @@
 Unknown fields are ignored, as vLLM does; known ones are typed strictly (pydantic's
 strict mode: `"stream": "yes"` or `"max_tokens": true` is a 400 naming the field, and
 an integer is still a valid float). Fields that change results but are not
-supported (logprobs, penalties other than 0, ...) are rejected with a 400 that
-names them, rather than silently ignored. augserve's own extensions: `top_k`,
+supported (`best_of` other than `n`) are rejected with a 400 that names them,
+rather than silently ignored. augserve's own extensions: `top_k`,
 `ignore_eos`, `tool_trace` (return the server-side calls with the answer), vLLM's
 `return_token_ids`, and `augserve_segments` (a scripted tool plan, benchmarks only:
 see `augserve/server/scripted.py`).
@@ -89,6 +89,23 @@ class StreamOptions(_Model):
 
 
 Stop = str | Annotated[list[str], Field(max_length=16)] | None
+MAX_LOGPROBS = 20
+
+
+class JsonSchemaFormat(_Model):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    name: str | None = None
+    description: str | None = None
+    json_schema: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Model):
+    """OpenAI's `response_format`: text, any JSON object, or JSON valid against a schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
 
 
 class _SamplingFields(_Model):
@@ -107,6 +124,12 @@ class _SamplingFields(_Model):
     presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
     frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
     logprobs: bool | int | None = None
+    logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
+    min_tokens: Annotated[int, Field(ge=0)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0.0, le=10.0)] | None = None
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    best_of: Annotated[int, Field(ge=1)] | None = None
+    response_format: ResponseFormat | None = None
 
     @field_validator("stop")
     @classmethod
@@ -118,11 +141,8 @@ class _SamplingFields(_Model):
 
     def unsupported(self) -> str | None:
         """The first field set to a value augserve cannot honour, or None."""
-        if self.logprobs:
-            return "logprobs"
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name):
-                return name
+        if self.best_of is not None and self.best_of != self.n:
+            return "best_of"  # best_of == n is plain n; ranking candidates is not built
         return None
 
     def stop_list(self) -> list[str]:
@@ -144,6 +164,7 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     parallel_tool_calls: bool | None = None
     tool_trace: bool = False
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
 
     @property
     def token_limit(self) -> int | None:

@@ -16,7 +16,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from augserve.engine.chat import ChatTemplate
-from augserve.engine.tool_parsers import ForcedCallParser, StreamingToolParser, make_tool_parser
+from augserve.engine.grammar import CALL_MARKUP, call_grammar
+from augserve.engine.sampling_params import GrammarSpec
+from augserve.engine.tool_parsers import make_tool_parser
 from augserve.engine.tools import ParsedCall, ToolSession
 from augserve.server.errors import APIError
 from augserve.server.protocol import ChatCompletionRequest, ToolDef
@@ -129,11 +131,28 @@ class RequestTools:
             raise APIError(
                 400, "tool_choice is 'required' but no tools are available", param="tool_choice"
             )
-        # "required" / a named tool: the assistant turn starts with the call's opening
-        self.prefix = ""
-        if self.enabled and choice is not None and choice != "auto":
-            name = None if isinstance(choice, str) else choice.function.name
-            self.prefix = make_tool_parser(parser_name).forced_prefix(name)
+        self.parallel = req.parallel_tool_calls is not False
+        self.grammar = self._forced_grammar(choice) if self.enabled else None
+
+    def _forced_grammar(self, choice: object) -> GrammarSpec | None:
+        """ "required" / a named tool: the assistant's turn is one call, constrained to
+        the tool's JSON schema inside the template family's call markup (any one of the
+        tools for "required")."""
+        if choice is None or choice == "auto":
+            return None
+        if self.parser_name not in CALL_MARKUP:
+            raise APIError(
+                400,
+                f"tool_choice cannot be forced with the {self.parser_name} parser",
+                param="tool_choice",
+            )
+        name = None if isinstance(choice, str) else choice.function.name  # type: ignore[attr-defined]
+        fns = [d["function"] for d in self.definitions]
+        tools = [(f["name"], f.get("parameters")) for f in fns if name in (None, f["name"])]
+        return call_grammar(self.parser_name, tools)
+
+    def names(self) -> frozenset[str]:
+        return frozenset(d["function"]["name"] for d in self.definitions)
 
     def template_tools(self) -> list[dict[str, Any]] | None:
         return self.definitions if self.enabled else None
@@ -143,10 +162,9 @@ class RequestTools:
         if not self.enabled:
             return None, None
         executor = CallExecutor(self.registry, template)
-        parser: StreamingToolParser = make_tool_parser(self.parser_name)
-        if self.prefix:
-            parser = ForcedCallParser(parser, self.prefix)
-        return ToolSession(parser, executor, AllNamesExcept(self.client_only)), executor
+        parser = make_tool_parser(self.parser_name, self.names())
+        server = AllNamesExcept(self.client_only)
+        return ToolSession(parser, executor, server, self.grammar, self.parallel), executor
 
 
 def openai_tool_calls(calls: Iterable[ParsedCall], ids: Sequence[str]) -> list[dict[str, Any]]:

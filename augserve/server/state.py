@@ -4,16 +4,17 @@ length, sampling parameters)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from augserve.engine.chat import ChatTemplate
-from augserve.engine.sampling_params import SamplingParams
+from augserve.engine.sampling_params import GrammarSpec, SamplingParams
 from augserve.server.errors import APIError
 from augserve.server.metrics import ServerMetrics
-from augserve.server.protocol import _SamplingFields
+from augserve.server.protocol import MAX_LOGPROBS, ResponseFormat, _SamplingFields
 from augserve.server.tool_registry import ToolRegistry
 
 SEED_MOD = 2**32  # the sampler mixes seeds into a 64-bit generator seed
@@ -56,6 +57,10 @@ class ServerState:
     @property
     def tokenizer(self) -> Any:
         return self.engine.engine.tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.engine.engine.runner.vocab_size)
 
     @property
     def max_model_len(self) -> int:
@@ -101,6 +106,31 @@ class ServerState:
         if requested is not None:
             return requested
         return min(x for x in (room, cap, default) if x is not None)
+
+    def grammar_for(self, fmt: ResponseFormat | None) -> GrammarSpec | None:
+        """response_format as a compiled-once grammar; 400 naming it if it cannot compile."""
+        if fmt is None or fmt.type == "text":
+            return None
+        if fmt.type == "json_object":
+            spec = GrammarSpec("json_object")
+            where = "response_format"
+        else:
+            schema = fmt.json_schema.json_schema if fmt.json_schema is not None else None
+            where = "response_format.json_schema.schema"
+            if schema is None:
+                raise APIError(400, "response_format json_schema needs a schema", param=where)
+            spec = GrammarSpec("json_schema", json.dumps(schema))
+        self.check_grammar(spec, where)
+        return spec
+
+    def check_grammar(self, spec: GrammarSpec, where: str) -> None:
+        from augserve.engine.grammar import GrammarError
+
+        try:
+            self.engine.engine.grammars.compile(spec)
+        except GrammarError as exc:
+            msg = f"{where}: cannot constrain decoding to it: {exc}"
+            raise APIError(400, msg, param=where) from None
 
     def check_n(self, n: int) -> None:
         if n > self.limits.max_n:
@@ -152,12 +182,20 @@ def sampling_params(
     choice: int,
     extra_stop: list[str] | None = None,
     stop_token_ids: list[int] | None = None,
+    vocab_size: int | None = None,
+    grammar: GrammarSpec | None = None,
 ) -> SamplingParams:
     """The engine's parameters for choice `choice` of a request (seed + choice)."""
     bad = req.unsupported()
     if bad is not None:
         raise APIError(400, f"'{bad}' is not supported by this server", param=bad)
     seed = None if req.seed is None else (req.seed + choice) % SEED_MOD
+    if req.min_tokens is not None and req.min_tokens > max_tokens:
+        raise APIError(
+            400,
+            f"min_tokens ({req.min_tokens}) must be <= max_tokens ({max_tokens})",
+            param="min_tokens",
+        )
     try:
         return SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
@@ -168,6 +206,49 @@ def sampling_params(
             stop=tuple(req.stop_list() + list(extra_stop or [])),
             stop_token_ids=tuple(stop_token_ids or ()),
             ignore_eos=req.ignore_eos,
+            min_tokens=req.min_tokens or 0,
+            logit_bias=logit_bias(req.logit_bias, vocab_size),
+            repetition_penalty=req.repetition_penalty or 1.0,
+            presence_penalty=req.presence_penalty or 0.0,
+            frequency_penalty=req.frequency_penalty or 0.0,
+            min_p=req.min_p or 0.0,
+            logprobs=logprobs_k(req),
+            grammar=grammar,
         )
     except ValueError as exc:
         raise APIError(400, str(exc)) from None
+
+
+def logit_bias(bias: dict[str, float] | None, vocab_size: int | None) -> dict[int, float]:
+    """OpenAI's {"token id": bias}; 400 naming logit_bias for a key that is not an id."""
+    out: dict[int, float] = {}
+    for key, value in (bias or {}).items():
+        try:
+            tok = int(key)
+        except ValueError:
+            tok = -1
+        if tok < 0 or (vocab_size is not None and tok >= vocab_size):
+            top = f"0..{vocab_size - 1}" if vocab_size else ">= 0"
+            raise APIError(
+                400, f"logit_bias: {key!r} is not a token id ({top})", param="logit_bias"
+            )
+        out[tok] = float(value)
+    return out
+
+
+def logprobs_k(req: _SamplingFields) -> int | None:
+    """How many top logprobs per token (0: only the sampled token's), or None.
+    Chat: `logprobs: true` with `top_logprobs: k`; completions: `logprobs: k`."""
+    top = getattr(req, "top_logprobs", None)
+    if hasattr(req, "top_logprobs"):  # chat
+        if req.logprobs is not None and not isinstance(req.logprobs, bool):
+            raise APIError(400, "logprobs must be a boolean in chat", param="logprobs")
+        if top is not None and not req.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+        return (top or 0) if req.logprobs else None
+    if req.logprobs is None or req.logprobs is False:
+        return None
+    k = int(req.logprobs)
+    if not 0 <= k <= MAX_LOGPROBS:
+        raise APIError(400, f"logprobs must be in [0, {MAX_LOGPROBS}], got {k}", param="logprobs")
+    return k

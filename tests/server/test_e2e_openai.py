@@ -174,10 +174,10 @@ def test_client_side_tool_round_trip(mcp_server: LiveServer, client: OpenAI) -> 
 
 
 def test_tool_choice_named_server_tool_is_forced(mcp_server: LiveServer, client: OpenAI) -> None:
-    """A named tool_choice ends the prompt with that call's opening: the model writes
-    only the arguments and the call runs; the prompt counts the opening."""
+    """A named tool_choice constrains the model's first tokens to that call (the
+    grammar writes the opening); the call runs and the turn goes on in free text."""
     before = len(sample.calls)
-    mcp_server.script(110, '{"city": "Rome"}}\n</tool_call>', "Sunny in Rome.")
+    mcp_server.script(110, call_text("get_weather", city="Rome"), "Sunny in Rome.")
     choice_arg = {"type": "function", "function": {"name": "get_weather"}}
     resp = client.chat.completions.create(
         model=MODEL, messages=USER, seed=110, max_tokens=200, tool_choice=choice_arg
@@ -185,8 +185,7 @@ def test_tool_choice_named_server_tool_is_forced(mcp_server: LiveServer, client:
     assert sample.calls[before:] == [{"city": "Rome", "unit": "C"}]
     assert resp.choices[0].message.content == "Sunny in Rome."
     state = mcp_server.state
-    opening = '<tool_call>\n{"name": "get_weather", "arguments": '
-    prompt = state.template.render(USER, tools=state.registry.definitions()) + opening
+    prompt = state.template.render(USER, tools=state.registry.definitions())
     ids = mcp_server.tokenizer.encode(prompt, add_special_tokens=False)
     assert resp.usage.prompt_tokens == len(ids)
     mcp_server.wait_idle()
@@ -199,7 +198,7 @@ def test_tool_choice_required_client_tool(mcp_server: LiveServer, client: OpenAI
             "function": {"name": "lookup_order", "parameters": {"type": "object"}},
         }
     ]
-    body = json.dumps({"name": "lookup_order", "arguments": {"id": 9}})
+    body = "<tool_call>\n" + json.dumps({"name": "lookup_order", "arguments": {"id": 9}})
     mcp_server.script(111, body + "\n</tool_call>", "never reached")
     for stream in (False, True):
         kw = {"model": MODEL, "messages": USER, "tools": tools, "seed": 111, "max_tokens": 80}

@@ -85,7 +85,8 @@ def test_bad_parameter_values(http: httpx.Client, body: dict, param: str) -> Non
 
 
 def test_unsupported_parameter(http: httpx.Client) -> None:
-    assert_error(http.post("/v1/chat/completions", json=chat(logprobs=True)), 400, "logprobs")
+    err = assert_error(http.post("/v1/chat/completions", json=chat(best_of=3)), 400, "best_of")
+    assert err["param"] == "best_of"
 
 
 def test_context_too_long(http: httpx.Client) -> None:

@@ -1,4 +1,4 @@
-"""Hermes and Llama-3 JSON tool-call parsers: detection at the call's last character,
+"""Hermes, Llama-3 JSON and Mistral tool-call parsers: detection at the call's last character,
 segment boundaries, broken calls, and a streaming view that never shows call markup."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from augserve.engine.tool_parsers import (
     HermesToolParser,
     InvalidCall,
     Llama3JsonToolParser,
+    MistralToolParser,
     detect_tool_parser,
     json_object_end,
     make_tool_parser,
@@ -65,8 +66,8 @@ def test_hermes_content_holds_back_a_possible_tag() -> None:
     assert p.content("Hello <tool", final=True) == "Hello <tool"
     assert p.content("Hello <tools>", final=False) == "Hello <tools>"
     assert p.content("Hi " + CALL, final=True) == "Hi "
-    # an unclosed call at the end of a finished request is shown as text
-    assert p.content("Hi <tool_call>{", final=True) == "Hi <tool_call>{"
+    # call markup never reaches content, even unclosed at the end
+    assert p.content("Hi <tool_call>{", final=True) == "Hi "
 
 
 @settings(max_examples=200, deadline=None)
@@ -143,28 +144,70 @@ def test_parser_registry_and_detection() -> None:
     assert detect_tool_parser("<|start_header_id|>ipython<|end_header_id|>") == "llama3_json"
 
 
-def test_forced_call_prefix_is_read_before_the_first_segment_only() -> None:
-    """tool_choice 'required' / named: the prompt ends with the call's opening, so
-    the first segment is parsed as opening + generated text; later ones as they are."""
-    from augserve.engine.tool_parsers import ForcedCallParser
+NAMES = frozenset({"get_weather"})
+ARGS = {"city": "Paris"}
+BODY = json.dumps({"name": "get_weather", "arguments": ARGS})
 
-    hermes = HermesToolParser()
-    named = hermes.forced_prefix("get_weather")
-    assert named == '<tool_call>\n{"name": "get_weather", "arguments": '
-    forced = ForcedCallParser(hermes, named)
-    text = '{"city": "Rome"}}\n</tool_call>'
-    assert forced.parse(text[:-3], 0) is None  # not closed yet
-    call = forced.parse(text, 0)
-    assert call is not None and (call.name, call.arguments) == ("get_weather", {"city": "Rome"})
-    later = text + "result. " + '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
-    call2 = forced.parse(later, len(text) + 8)
-    assert call2 is not None and call2.name == "add"
-    assert forced.parse(text + "plain text", len(text)) is None  # no prefix after segment 1
-    any_call = ForcedCallParser(hermes, hermes.forced_prefix(None))
-    call3 = any_call.parse('{"name": "add", "arguments": {"a": 2}}\n</tool_call>', 0)
-    assert call3 is not None and call3.arguments == {"a": 2}
-    llama = Llama3JsonToolParser()
-    forced_l = ForcedCallParser(llama, llama.forced_prefix("lookup"))
-    call4 = forced_l.parse('{"id": 3}}', 0)
-    assert call4 is not None and (call4.name, call4.arguments) == ("lookup", {"id": 3})
-    assert forced_l.parse('{"id": 3', 0) is None
+
+def test_hermes_tolerant_cases_are_calls_at_the_end() -> None:
+    """vLLM's Hermes parser accepts an unclosed call at the end; bare JSON and a json
+    fence naming a declared tool are calls too. None of it reaches content."""
+    p = HermesToolParser(NAMES)
+    cases = [
+        "Sure. <tool_call>\n" + BODY,  # unclosed
+        "Sure. <tool_call>\n" + BODY + "\n</tool_c",  # cut inside the closing tag
+        BODY,  # bare JSON
+        "  " + BODY + "\n",
+        "```json\n" + BODY + "\n```",  # a fence
+        "```json\n" + BODY,  # an unclosed fence
+        "```\n" + json.dumps({"name": "get_weather", "parameters": ARGS}) + "\n```",
+    ]
+    for text in cases:
+        assert p.parse(text, 0) is None or "<tool_call>" in text
+        call = p.parse_final(text, 0)
+        assert call is not None and (call.name, call.arguments) == ("get_weather", ARGS), text
+        final = p.content(text, final=True)
+        assert "tool_call" not in final and "get_weather" not in final, text
+        for n in range(len(text)):  # streaming never shows any of it either
+            assert "get_weather" not in p.content(text[:n], final=False)
+
+
+def test_hermes_tolerance_needs_a_declared_tool_and_whole_json() -> None:
+    p = HermesToolParser(NAMES)
+    other = json.dumps({"name": "rm_rf", "arguments": {}})
+    for text in (other, '{"answer": 4}', '<tool_call>\n{"name": "get_weather", "argu'):
+        assert p.parse_final(text, 0) is None
+    assert p.content('{"answer": 4}', final=True) == '{"answer": 4}'  # JSON answers stay
+    assert p.content('{"answer": 4}', final=False) == '{"answer": 4}'
+    assert p.content("```python\nprint(1)\n```", final=False) == "```python\nprint(1)\n```"
+    assert HermesToolParser().parse_final(BODY, 0) is None  # no declared tools
+
+
+def test_mistral_parser_both_formats_and_tolerance() -> None:
+    p = MistralToolParser(NAMES)
+    listed = "[TOOL_CALLS][" + BODY + "]"
+    n = first_detection(p, listed)
+    assert n == len(listed)
+    call = p.parse(listed, 0)
+    assert call is not None and (call.name, call.arguments) == ("get_weather", ARGS)
+    newer = "[TOOL_CALLS]get_weather[ARGS]" + json.dumps(ARGS)
+    call = p.parse(newer, 0)
+    assert call is not None and (call.name, call.arguments) == ("get_weather", ARGS)
+    unclosed = "[TOOL_CALLS][" + BODY
+    assert p.parse(unclosed, 0) is None
+    call = p.parse_final(unclosed, 0)
+    assert call is not None and call.name == "get_weather"
+    assert p.content("Hi [TOOL_CALLS][" + BODY, final=True) == "Hi "
+    assert p.content("Hi [TOOL", final=False) == "Hi "
+    broken = p.parse("[TOOL_CALLS][{oops}]", 0)
+    assert isinstance(broken, InvalidCall)
+
+
+def test_llama3_json_fence_and_detection_of_mistral() -> None:
+    p = Llama3JsonToolParser(NAMES)
+    fenced = "```json\n" + json.dumps({"name": "get_weather", "parameters": ARGS}) + "\n```"
+    call = p.parse_final(fenced, 0)
+    assert call is not None and call.arguments == ARGS
+    assert p.content(fenced, final=True) == ""
+    assert detect_tool_parser("{{ '[TOOL_CALLS]' }}") == "mistral"
+    assert isinstance(make_tool_parser("mistral"), MistralToolParser)
