@@ -75,7 +75,7 @@ class ToolSession:
     executor: ToolExecutor | None = None
     server_tools: frozenset[str] | None = None
     grammar: GrammarSpec | None = None  # a forced call (tool_choice): its grammar
-    parallel: bool = True  # parallel_tool_calls: several client calls of one turn
+    parallel: bool = False  # parallel_tool_calls: several client calls of one turn
 
     def runs_on_server(self, name: str) -> bool:
         if self.executor is None:
