@@ -52,6 +52,7 @@ class LogStats:
     sum_sq: float = 0.0
     count: int = 0  # observations ever
     abs_log_error: float = 0.0  # decayed sum of |log(x / predicted mean)|, before each update
+    abs_error: float = 0.0  # decayed sum of |x - predicted mean|, before each update
 
     @classmethod
     def with_prior(cls, mean: float, sigma: float, **kw: float) -> LogStats:
@@ -71,9 +72,7 @@ class LogStats:
         mu = self.mu
         # spread of the observations around mu, plus the prior's spread as pseudo-data
         own = self.sum_sq - 2.0 * mu * self.sum_log + w * mu * mu
-        var = (w0 * self.prior_sigma**2 + w0 * (self.prior_mu - mu) ** 2 + max(0.0, own)) / (
-            w0 + w
-        )
+        var = (w0 * self.prior_sigma**2 + w0 * (self.prior_mu - mu) ** 2 + max(0.0, own)) / (w0 + w)
         return max(self.min_sigma, math.sqrt(var))
 
     @property
@@ -82,9 +81,14 @@ class LogStats:
         return math.exp(self.mu + 0.5 * s * s)
 
     @property
-    def mean_abs_error(self) -> float:
+    def mean_abs_log_error(self) -> float:
         """Mean |log(observed / predicted)| over the decayed window (0 before any)."""
         return self.abs_log_error / self.weight if self.weight > 0 else 0.0
+
+    @property
+    def mean_abs_error(self) -> float:
+        """Mean |observed - predicted| in the observations' unit (0 before any)."""
+        return self.abs_error / self.weight if self.weight > 0 else 0.0
 
     def residual(self, elapsed: float) -> float:
         return residual_mean(self.mu, self.sigma, elapsed)
@@ -92,7 +96,9 @@ class LogStats:
     def observe(self, x: float) -> None:
         lx = math.log(max(x, 1e-6))
         d = self.decay
-        self.abs_log_error = self.abs_log_error * d + abs(lx - math.log(self.mean))
+        mean = self.mean
+        self.abs_log_error = self.abs_log_error * d + abs(lx - math.log(mean))
+        self.abs_error = self.abs_error * d + abs(x - mean)
         self.weight = self.weight * d + 1.0
         self.sum_log = self.sum_log * d + lx
         self.sum_sq = self.sum_sq * d + lx * lx

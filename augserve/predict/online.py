@@ -51,7 +51,7 @@ class OnlineConfig:
     output_prior: float = 64.0  # prior of a segment's output length
     output_sigma: float = 1.0
     return_prior: float = 16.0  # prior of a call's returned tokens
-    prior_weight: float = 2.0  # pseudo-observations of each prior
+    prior_weight: float = 1.0  # pseudo-observations of each prior
     decay: float = 0.98  # weight kept by old observations per new one
     min_sigma: float = 0.25  # floor of the log-spread (some uncertainty always stays)
     min_count: int = 3  # observations before a finer key is trusted over its parent
@@ -88,6 +88,7 @@ class ToolEstimate:
     """What `/metrics` shows for one tool."""
 
     predicted: float  # seconds, the current prediction for a new call
+    mean_abs_error: float  # seconds, mean |observed - predicted|, each before its update
     mean_abs_log_error: float  # mean |log(observed / predicted)|, each before its update
     count: int  # calls observed
 
@@ -101,6 +102,7 @@ class CallTimeModel:
         self._tools: dict[str, LogStats] = {}
         self._buckets: dict[tuple[str, int], LogStats] = {}
         self._priors: dict[str, float] = {}
+        self._default_prior: float | None = None
 
     def set_prior(self, tool: str, seconds: float) -> None:
         """The tool's expected duration (the tools file's `expected_duration`)."""
@@ -109,12 +111,25 @@ class CallTimeModel:
         self._priors[tool] = seconds
         self._tools.pop(tool, None)
 
+    def set_global_prior(self, seconds: float) -> None:
+        """The prior of a tool without its own (the tools file's defaults)."""
+        if not seconds > 0:
+            raise ValueError(f"the default expected_duration must be > 0, got {seconds}")
+        cfg = self.config
+        fresh = cfg.stats(seconds, cfg.call_sigma)
+        if self.global_stats.count == 0:
+            self.global_stats = fresh
+        for tool, stats in list(self._tools.items()):
+            if stats.count == 0 and tool not in self._priors:
+                del self._tools[tool]
+        self._default_prior = seconds
+
     def _tool(self, tool: str | None) -> LogStats:
         if tool is None:
             return self.global_stats
         stats = self._tools.get(tool)
         if stats is None:
-            prior = self._priors.get(tool, self.global_stats.mean)
+            prior = self._priors.get(tool, self._default_prior or self.global_stats.mean)
             stats = self._tools[tool] = self.config.stats(prior, self.config.call_sigma)
         return stats
 
@@ -152,7 +167,7 @@ class CallTimeModel:
         for tool in list(self._priors):
             self._tool(tool)
         return {
-            name: ToolEstimate(s.mean, s.mean_abs_error, s.count)
+            name: ToolEstimate(s.mean, s.mean_abs_error, s.mean_abs_log_error, s.count)
             for name, s in list(self._tools.items())
         }
 

@@ -30,9 +30,11 @@ def test_a_lone_request_does_not_count_its_own_tokens_as_other():
     ctx = prompt + out_len
     tau = prof.prefill_time(ctx)
     call = 1.5 * tau
-    assert waste(ContextPolicy.DISCARD, ctx, call, 0, prof) < waste(
-        ContextPolicy.PRESERVE, ctx, call, 0, prof
-    ) < waste(ContextPolicy.DISCARD, ctx, call, ctx, prof)
+    assert (
+        waste(ContextPolicy.DISCARD, ctx, call, 0, prof)
+        < waste(ContextPolicy.PRESERVE, ctx, call, 0, prof)
+        < waste(ContextPolicy.DISCARD, ctx, call, ctx, prof)
+    )
     cfg = SchedulerConfig(policy="infercept", block_size=16, num_device_blocks=64)
     sched = Scheduler(cfg, prof, OraclePredictor())
     req = Request("a", 0.0, prompt, [Segment(out_len, call, 1), Segment(1)])

@@ -53,6 +53,7 @@ def test_paused_requests_do_not_hoard_the_pool(policy, host_blocks, predictor):
     new = Request("new", 0.5, PROMPT)
     while now < 2 * CALL + 5:
         if not added and now >= new.arrival_time:
+            free_at_arrival = sched.pool.num_free_device
             sched.add_request(new, now)
             added = True
         for rid, t in list(returns.items()):
@@ -69,8 +70,8 @@ def test_paused_requests_do_not_hoard_the_pool(policy, host_blocks, predictor):
         if out.is_empty and not sched.has_runnable() and returns and added:
             now = max(now, min(returns.values()))
     assert all(len(r.calls) == 1 for r in paused)
-    # the pool was full of paused requests when the new one came
-    assert 12 * 4 == cfg.num_device_blocks
+    if predictor == "oracle":  # the pool was full of paused requests when the new one came
+        assert free_at_arrival == 0
     assert new.finish_time is not None and new.finish_time < 0.5 + 2.0
     assert new.finish_time < min(r.calls[0].end for r in paused)
     for r in paused:
