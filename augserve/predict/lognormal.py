@@ -55,11 +55,19 @@ class LogStats:
     abs_error: float = 0.0  # decayed sum of |x - predicted mean|, before each update
 
     @classmethod
-    def with_prior(cls, mean: float, sigma: float, **kw: float) -> LogStats:
+    def with_prior(
+        cls,
+        mean: float,
+        sigma: float,
+        prior_weight: float = 2.0,
+        decay: float = 0.98,
+        min_sigma: float = 0.25,
+    ) -> LogStats:
         """Stats whose prior has mean `mean` and log-spread `sigma`."""
         if not mean > 0:
             raise ValueError(f"LogStats: prior mean must be > 0, got {mean}")
-        return cls(math.log(mean) - 0.5 * sigma * sigma, sigma, **kw)
+        mu = math.log(mean) - 0.5 * sigma * sigma
+        return cls(mu, sigma, prior_weight=prior_weight, decay=decay, min_sigma=min_sigma)
 
     @property
     def mu(self) -> float:
