@@ -1,8 +1,8 @@
 """The scheduler's latency model, fitted to this engine at start-up and cached.
 
 As vLLM profiles memory when it starts, the engine times a short grid of batch
-shapes (`startup_grid`: prefills, decode batches, mixes; a few seconds on a
-small model, with a progress line in the log), fits `LatencyProfile` to them
+shapes (`startup_grid`: 12 prefills, decode batches and a mix, each once after a
+warm-up; seconds on a small model, with a progress line in the log), fits `LatencyProfile` to them
 (`profiler.profile_runner`) and measures the host link. The result is cached
 under `$XDG_CACHE_HOME/augserve/latency/` (as the default model is), keyed by
 the model files, dtype, device, thread count, KV layout, batch limit, machine
@@ -41,10 +41,12 @@ def cache_dir() -> Path:
 
 
 def startup_grid(max_batch_tokens: int, max_context: int) -> list[profiler.BatchSpec]:
-    """A dozen or so batch shapes spanning what the fit needs (each term varies)."""
-    top = min(max_batch_tokens, 512, max_context - 1)
-    sizes = sorted({n for n in (16, 64, 256, top) if 0 < n <= top})
-    ctxs = [c for c in (64, 256, 1024) if c < max_context - 1]
+    """A dozen small batch shapes, each term of the model varied: prefills of 16-256
+    tokens, one at an offset (attention), decode batches of 1, 4 and 16 at two context
+    lengths, and one mix."""
+    top = min(max_batch_tokens, 256, max_context - 1)
+    sizes = sorted({n for n in (16, 64, top) if 0 < n <= top})
+    ctxs = [c for c in (64, 512) if c < max_context - 1]
     specs: list[profiler.BatchSpec] = [([(n, 0)], []) for n in sizes]
     if ctxs and ctxs[-1] + 64 < max_context:
         specs.append(([(64, ctxs[-1])], []))
@@ -97,7 +99,7 @@ def fit_startup_profile(runner: ModelRunner, config: SchedulerConfig, name: str)
             log.info("profiling the engine's latency: %d/%d batch shapes", done, total)
 
     res = profiler.profile_runner(
-        runner, name, config.max_batch_tokens, repeats=2, progress=progress, specs=specs
+        runner, name, config.max_batch_tokens, repeats=1, progress=progress, specs=specs
     )
     log.info(
         "latency model fitted: held-out error mean %.1f%%, max %.1f%%",
