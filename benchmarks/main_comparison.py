@@ -406,6 +406,8 @@ def _commit() -> str:
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
 def _set_predictor(spec: str) -> None:
     from augserve.predict.base import make_predictor
 
