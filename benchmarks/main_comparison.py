@@ -8,6 +8,8 @@
   (`opt-13b-h800`) and the calibrated one (`opt-13b-h800-paper`).
 - ablation: on the same streams and both profiles, each change of issue 11
   reverted alone from the final defaults, for each policy it touches.
+- `--predictor online` runs every point with the server's online predictor instead
+  of the oracle (write it to its own `--out`, beside the oracle's tables).
 - timing: the 20-point main comparison (five paper policies x rates 3-6,
   roofline) with the per-iteration sort (`incremental_ranking=false`, before)
   and with the persistent queues (after), one after the other; wall time and
@@ -45,6 +47,7 @@ RATES = (3.0, 4.0, 5.0, 6.0)
 PAPER_POLICIES = ("vllm", "infercept", "ssjf", "mars", "augserve")
 POLICIES = ("vllm", "infercept", "ssjf", "ssjf-infercept", "mars", "augserve")
 WINDOW = 1800.0
+PREDICTOR = "oracle"  # --predictor: every point's (online: learned from the run, as served)
 ROOT = Path(__file__).resolve().parent.parent
 BACKEND = "__main__:run_point"  # the simulator with the budget probe (worker processes fork)
 CSV_COLUMNS = (
@@ -121,6 +124,7 @@ def points(
             profile=profile,
             window=WINDOW,
             overrides=overrides,
+            predictor=PREDICTOR,
         )  # fmt: skip
         for p in policies
         for r in rates
@@ -333,11 +337,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "main-comparison")
     ap.add_argument("--window", type=float, default=WINDOW, help="seconds (smoke tests)")
     ap.add_argument("--data", type=Path, default=ROOT / "docs" / "data" / "main-comparison")
+    ap.add_argument(
+        "--predictor",
+        default=PREDICTOR,
+        help="every policy's predictor: oracle (the trace's true plans) or online (learned "
+        "from the run's own finished calls and segments, the server's default)",
+    )
     ap.add_argument("--ablation-profiles", default=",".join(PROFILES))
     ap.add_argument("--ablation-rates", default=",".join(f"{r:g}" for r in RATES))
     ap.add_argument("--timing-rates", default=",".join(f"{r:g}" for r in RATES))
     args = ap.parse_args(argv)
     _set_window(args.window)
+    _set_predictor(args.predictor)
     parts = set(args.parts.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
     if "timing" in parts:
@@ -395,6 +406,14 @@ def _commit() -> str:
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def _set_predictor(spec: str) -> None:
+    from augserve.predict.base import make_predictor
+
+    make_predictor(spec)  # a bad spec fails here, before any point runs
+    global PREDICTOR
+    PREDICTOR = spec
 
 
 def _set_window(window: float) -> None:

@@ -153,7 +153,8 @@ def profile_arg(text: str) -> str:
 
 
 def predictor_arg(text: str) -> str:
-    """`oracle`, `noisy:P` (0 <= P < 1) or `learned:DIR` (a directory with manifest.json)."""
+    """`online`, `oracle`, `noisy:P` (0 <= P < 1) or `learned:DIR` (a directory with
+    manifest.json)."""
     kind, sep, arg = text.partition(":")
     if kind == "learned" and arg:
         try:
@@ -161,7 +162,7 @@ def predictor_arg(text: str) -> str:
         except Bad as exc:
             raise Bad(f"{text!r}: {exc}") from None
         return text
-    if kind == "oracle" and not sep:
+    if kind in ("oracle", "online") and not sep:
         return text
     if kind == "noisy":
         try:
@@ -171,7 +172,7 @@ def predictor_arg(text: str) -> str:
         if 0.0 <= p < 1.0:
             return text
         raise Bad(f"{text!r}: want noisy:P with 0 <= P < 1, e.g. noisy:0.2")
-    raise Bad(f"unknown predictor {text!r} (choose from oracle, noisy:P, learned:DIR)")
+    raise Bad(f"unknown predictor {text!r} (choose from online, oracle, noisy:P, learned:DIR)")
 
 
 def predictor_dir(text: str) -> str:

@@ -128,7 +128,8 @@ def add_parser(subparsers: Any) -> None:
         "--predictor",
         type=argtypes.predictor_arg,
         default="oracle",
-        help="oracle, noisy:P (oracle times 1 +- P) or learned:DIR (default: %(default)s)",
+        help="oracle, noisy:P (oracle times 1 +- P), learned:DIR or online (learned from "
+        "the run itself, as the server does) (default: %(default)s)",
     )
     p.add_argument(
         "--beta",

@@ -189,13 +189,15 @@ def _scheduler_flags(p: argparse.ArgumentParser) -> None:
         help=f"scheduling policy, one of: {', '.join(policies)}" + D,
     )  # fmt: skip
     g.add_argument(
-        "--predictor", default="oracle", type=argtypes.predictor_arg,
-        help="output-length predictor: oracle, noisy:P or learned:DIR" + D,
+        "--predictor", default="online", type=argtypes.predictor_arg,
+        help="online (learned from this server's own calls and requests), oracle (reads "
+        "scripted plans, augserve_segments), noisy:P or learned:DIR" + D,
     )  # fmt: skip
     g.add_argument(
         "--profile", default=None,
-        help="latency profile JSON or shipped name for the scheduler (default: a rough model "
-        f"of this machine; shipped: {', '.join(argtypes.profile_names())})",
+        help="latency profile JSON or shipped name for the scheduler (default: fitted to "
+        "this engine at start-up and cached per model and machine; 'default': a rough "
+        f"placeholder; shipped: {', '.join(argtypes.profile_names())})",
     )  # fmt: skip
     g.add_argument(
         "--slo-ttft", type=_positive_float, default=1.0,
@@ -296,7 +298,8 @@ def engine_args(args: argparse.Namespace, model: str) -> Any:
         max_batch_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs,
         predictor=args.predictor,
-        profile=args.profile,
+        profile=None if args.profile in (None, "default") else args.profile,
+        fit_latency=args.profile is None,
         num_threads=args.threads,
         seed=args.seed,
         scheduler=scheduler_overrides(args),

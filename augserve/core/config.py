@@ -54,7 +54,8 @@ class SchedulerConfig:
         (a heap; AugServe's aging values in a kinetic heap) instead of keying and sorting
         every runnable request each iteration (False); both offer the batch in exactly
         the same order.
-    predictor: `oracle`, `noisy:P` or `learned:DIR`, resolved by the faces.
+    predictor: `oracle`, `noisy:P`, `learned:DIR` or `online` (learned from the run's
+        own calls and segments; the server's default), resolved by the faces.
     slo_reserve: `augserve-slo`'s rescue reserve, in rescues per second of the oldest
         requests that can no longer meet their SLO (`sched/rescue.py`); None takes the
         policy's own (0: none). Other policies ignore it.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from augserve.core.request import Request
 
@@ -24,3 +24,16 @@ class Predictor(Protocol):
     expensive: bool
 
     def predict(self, requests: Sequence[Request]) -> list[Prediction]: ...
+
+
+@runtime_checkable
+class OnlineLearner(Protocol):
+    """A predictor that learns from what the scheduler sees (`predict/online.py`). The
+    scheduler reports each segment's end and each call's return, and asks for an open
+    call's expected duration given how long it has lasted (elapsed time is evidence)."""
+
+    def observe_segment(self, req: Request, ended_in_call: bool) -> None: ...
+
+    def observe_call(self, req: Request) -> None: ...
+
+    def expected_call_time(self, req: Request, now: float) -> float: ...

@@ -5,6 +5,7 @@ their engines here.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -22,6 +23,7 @@ from augserve.engine.tokenizer import Tokenizer
 from augserve.predict.base import make_predictor
 
 DEFAULT_DEVICE_BLOCKS = 512
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,11 @@ class EngineArgs:
     `kv_cache_memory` (bytes) or `gpu_memory_utilization` (a fraction of the device's
     memory, or of the free RAM on CPU: `kv_budget.py`); default 512 blocks. Host swap
     pool: `num_host_blocks` or `swap_space` (bytes). `profile`: a shipped profile name
-    or JSON file for the scheduler's latency model (default: a rough CPU model, see
-    `default_latency`).
+    or JSON file for the scheduler's latency model; without one, `fit_latency` fits it
+    to this engine at start-up (cached per model and machine, `startup_profile.py`),
+    else the rough placeholder of `default_latency`. `predictor`: `online` (learned
+    from the engine's own requests and calls) by default; only `oracle` reads
+    scripted plans.
     `scheduler`: further `SchedulerConfig` fields."""
 
     model: str
@@ -47,8 +52,9 @@ class EngineArgs:
     max_model_len: int | None = None
     max_batch_tokens: int = 512
     max_num_seqs: int = 256
-    predictor: str = "oracle"
+    predictor: str = "online"
     profile: str | None = None
+    fit_latency: bool = False
     num_threads: int | None = None
     seed: int = 0
     scheduler: dict[str, Any] = field(default_factory=dict)
@@ -153,8 +159,9 @@ def build_engine(
     args = replace(args, model=resolve_model(args.model))
     runner = build_runner(args)
     config = args.scheduler_config()
-    latency = latency or load_latency(args.profile) or default_latency(runner, config)
-    return LLMEngine(
+    latency, source = resolve_latency(args, runner, config, latency)
+    log.info("latency model: %s (%s)", getattr(latency, "name", type(latency).__name__), source)
+    engine = LLMEngine(
         runner,
         config,
         Tokenizer(args.model),
@@ -163,3 +170,20 @@ def build_engine(
         clock=clock,
         max_model_len=args.max_model_len,
     )
+    engine.latency_source = source
+    return engine
+
+
+def resolve_latency(
+    args: EngineArgs, runner: ModelRunner, config: SchedulerConfig, given: LatencyModel | None
+) -> tuple[LatencyModel, str]:
+    """The latency model and its source: "file" (given, or `profile`: always wins),
+    "cached" or "fitted" (`fit_latency`), else "default" (the placeholder)."""
+    explicit = given or load_latency(args.profile)
+    if explicit is not None:
+        return explicit, "file"
+    if args.fit_latency:
+        from augserve.engine.startup_profile import startup_latency
+
+        return startup_latency(runner, config, args.model)
+    return default_latency(runner, config), "default"

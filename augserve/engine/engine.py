@@ -96,6 +96,8 @@ class LLMEngine:
             num_host_blocks=runner.num_host_blocks,
         )
         self.latency = latency or default_latency(runner, self.config)
+        # where the latency model came from: fitted / cached / file / default (`builder`)
+        self.latency_source = "file" if latency is not None else "default"
         self.predictor = predictor or make_predictor(self.config.predictor)
         self.scheduler = Scheduler(self.config, self.latency, self.predictor)
         self.clock = clock

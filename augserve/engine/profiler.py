@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -180,10 +180,19 @@ def profile_runner(
     seed: int = 0,
     quick: bool = False,
     stat: str = "min",
+    progress: Callable[[int, int], None] | None = None,
+    specs: Sequence[BatchSpec] | None = None,
 ) -> ProfileResult:
+    """Measure `specs` (default: `grid`), fit, and report the held-out error.
+    `progress(done, total)` is called after each batch shape."""
     max_context = runner.max_model_len
-    specs = grid(max_batch_tokens, max_context, quick)
-    samples = [Sample(shape_of(*spec), time_batch(runner, spec, repeats, stat)) for spec in specs]
+    if specs is None:
+        specs = grid(max_batch_tokens, max_context, quick)
+    samples = []
+    for i, spec in enumerate(specs):
+        samples.append(Sample(shape_of(*spec), time_batch(runner, spec, repeats, stat)))
+        if progress is not None:
+            progress(i + 1, len(specs))
     rng = random.Random(seed)
     rng.shuffle(samples)
     k = max(1, int(len(samples) * holdout))

@@ -59,8 +59,13 @@ class NoisyOraclePredictor:
 
 
 def make_predictor(spec: str, seed: int = 0) -> Predictor:
-    """`oracle`, `noisy:P` or `learned:DIR` (the learned one imports its extras lazily)."""
+    """`online`, `oracle`, `noisy:P` or `learned:DIR` (the learned one imports its
+    extras lazily)."""
     kind, _, arg = spec.partition(":")
+    if kind == "online" and not arg:
+        from augserve.predict.online import OnlinePredictor
+
+        return OnlinePredictor()
     if kind == "oracle" and not arg:
         return OraclePredictor()
     if kind == "noisy":
@@ -73,4 +78,6 @@ def make_predictor(spec: str, seed: int = 0) -> Predictor:
         from augserve.predict.learned import load_learned_predictor
 
         return load_learned_predictor(arg)
-    raise ValueError(f"predictor: unknown spec {spec!r} (want oracle, noisy:P or learned:DIR)")
+    raise ValueError(
+        f"predictor: unknown spec {spec!r} (want online, oracle, noisy:P or learned:DIR)"
+    )

@@ -6,18 +6,36 @@ the call's remaining predicted time and the current L_other. A change of plan
 only moves the request in or out of the reclaimable set (lazy eviction does
 the rest). The parts of the waste that depend on the context alone are cached
 per request until its context changes (a partial swap-out).
+
+Elapsed time is evidence (issue 24). With a learning predictor (`OnlineLearner`)
+the open call's expected duration is re-estimated from how long it has lasted
+(`expected_call_time`, e.g. a log-normal's mean residual life), so a call running
+past its prediction keeps a positive remaining time that grows with it, and
+Preserve's waste grows until Swap or Discard wins. A call with no prediction at
+all (`pred_call_time is None`: an oracle without a plan) is expected to last as
+long again as it already has. Without either, a call past its predicted end has
+0 s left and stays preserved (as the oracle's plans return exactly on time).
 """
 
 from __future__ import annotations
 
 from augserve.core.latency import LatencyModel
+from augserve.core.prediction import OnlineLearner
+from augserve.core.request import Request
 from augserve.sched.context_policy import choose_from_terms, swap_waste
 from augserve.sched.memory import MemoryManager
 
 
 class Replanner:
-    def __init__(self, memory: MemoryManager, latency: LatencyModel, block_size: int) -> None:
+    def __init__(
+        self,
+        memory: MemoryManager,
+        latency: LatencyModel,
+        block_size: int,
+        learner: OnlineLearner | None = None,
+    ) -> None:
         self.memory = memory
+        self.learner = learner
         self.latency = latency
         self.block_size = block_size
         self.allow_swap = memory.pool.num_host_blocks > 0
@@ -31,11 +49,20 @@ class Replanner:
             part = parts.get(rid)
             if part is None or part[0] != ctx:
                 part = parts[rid] = self._terms(ctx)
-            left = req.calls[-1].start + (req.pred_call_time or 0.0) - now
-            left = left if left > 0.0 else 0.0
+            left = self.remaining(req, now)
             policy = choose_from_terms(ctx, left, other_tokens, part[1], part[2])
             if policy is not req.context_policy:
                 memory.replan(req, policy)
+
+    def remaining(self, req: Request, now: float) -> float:
+        """Seconds the open call is expected to last from `now` (the module doc)."""
+        start = req.calls[-1].start
+        if self.learner is not None:
+            req.pred_call_time = self.learner.expected_call_time(req, now)
+        elif req.pred_call_time is None:
+            return now - start if now > start else 0.0
+        left = start + req.pred_call_time - now
+        return left if left > 0.0 else 0.0
 
     def forget(self, request_id: str) -> None:
         """The request left its call."""

@@ -127,14 +127,16 @@ class Scheduler(SchedulerState):
         return self._take_update()
 
     def _start_call(self, req: Request, result: StepResult, now: float) -> None:
+        if self.learner is not None:
+            self.learner.observe_segment(req, True)
         self._drop_runnable(req)
         self._paused[req.request_id] = req
         req.calls.append(CallRecord(start=now, tool=result.tool, args_len=result.args_len))
         if self.policy.discard_on_call:
             policy = ContextPolicy.DISCARD
         else:
-            if result.tool is not None and self.predictor is not None:
-                self._apply_prediction(req, None)  # the tool is known now: a better guess
+            if self.predictor is not None and (result.tool is not None or self.learner):
+                self._apply_prediction(req, None)  # the call is known now: a better guess
             policy = self._choose_policy(req)
         self.memory.pause(req, policy, discard_now=self.policy.discard_on_call)
         if self.policy.discard_on_call:
@@ -143,12 +145,15 @@ class Scheduler(SchedulerState):
         self.policy.on_call(req, now)
 
     def _choose_policy(self, req: Request) -> ContextPolicy:
+        """The min-waste policy at a call. L_other is the *other* running requests'
+        tokens: the caller was running when `running_tokens()` was counted, so its own
+        tokens come off (as `PlanningPolicy.planned_policy` does)."""
         if self.config.forced_context_policy is not None:
             return self.config.forced_context_policy
         return choose_context_policy(
             req.num_tokens,
             req.pred_call_time or 0.0,
-            self.running_tokens(),
+            max(0, self.running_tokens() - req.num_computed_tokens),
             self.latency,
             allow_swap=self.pool.num_host_blocks > 0,
         )
@@ -177,6 +182,8 @@ class Scheduler(SchedulerState):
         call = req.calls[-1]
         call.end = now
         call.returned_tokens = req.append_returned(num_returned, token_ids)
+        if self.learner is not None:
+            self.learner.observe_call(req)
         applied = _APPLIED[req.status]
         call.policy = applied
         req.status = _RESUMED[req.status]

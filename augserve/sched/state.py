@@ -17,7 +17,7 @@ from __future__ import annotations
 from augserve.core.block_pool import BlockPool
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
-from augserve.core.prediction import Prediction, Predictor
+from augserve.core.prediction import OnlineLearner, Prediction, Predictor
 from augserve.core.request import FinishReason, Request, RequestStatus
 from augserve.sched.budget import dynamic_token_budget
 from augserve.sched.kv_manager import KVManager
@@ -37,6 +37,8 @@ class SchedulerState:
         self.config = config
         self.latency = latency
         self.predictor = predictor
+        # a predictor that learns from the scheduler's reports (the server's default)
+        self.learner = predictor if isinstance(predictor, OnlineLearner) else None
         self.pool = BlockPool(config.num_device_blocks, config.num_host_blocks, config.block_size)
         swap_budget = config.swap_budget_blocks or max(
             1, latency.swap_tokens_per_iter() // config.block_size
@@ -61,7 +63,7 @@ class SchedulerState:
             and not self.policy.discard_on_call
             and config.forced_context_policy is None
         ):
-            self._replanner = Replanner(self.memory, latency, config.block_size)
+            self._replanner = Replanner(self.memory, latency, config.block_size, self.learner)
         self._last_budget = config.max_batch_tokens
         self.iteration = 0
         self.capacity_tokens = config.num_device_blocks * config.block_size
@@ -177,6 +179,8 @@ class SchedulerState:
             self._replanner.forget(request_id)
 
     def _finish(self, req: Request, reason: FinishReason, now: float) -> None:
+        if self.learner is not None and reason in _SEGMENT_ENDS and not req.in_call:
+            self.learner.observe_segment(req, reason is FinishReason.TOOL_CALLS)
         self.memory.free(req)
         self._drop_runnable(req)
         self._paused.pop(req.request_id, None)
@@ -191,3 +195,7 @@ class SchedulerState:
     def _take_update(self) -> SchedulerUpdate:
         upd, self._update = self._update, SchedulerUpdate()
         return upd
+
+
+# finishes that end a segment as the model chose (a cap or an abort cuts it short)
+_SEGMENT_ENDS = (FinishReason.STOP, FinishReason.TOOL_CALLS)

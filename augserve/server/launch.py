@@ -24,6 +24,7 @@ from augserve.engine.chat import CHATML_TEMPLATE, ChatTemplate
 from augserve.engine.tool_parsers import TOOL_PARSERS, detect_tool_parser
 from augserve.server.app import create_app, drain
 from augserve.server.metrics import ServerMetrics
+from augserve.server.predictions import apply_tool_priors
 from augserve.server.state import ServerLimits, ServerState
 from augserve.server.tool_config import ToolsConfig
 from augserve.server.tool_registry import ToolRegistry
@@ -67,7 +68,11 @@ def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> Serv
     template = load_template(model_dir, opts.chat_template)
     parser = opts.tool_call_parser or detect_tool_parser(template.source)
     tools = ToolsConfig.from_file(opts.tools_file) if opts.tools_file else ToolsConfig()
-    metrics = ServerMetrics(aengine.stats, opts.slo)
+    engine = aengine.engine
+    apply_tool_priors(engine.predictor, tools)
+    metrics = ServerMetrics(
+        aengine.stats, opts.slo, engine.predictor, getattr(engine, "latency_source", "default")
+    )
     return ServerState(
         aengine,
         template,

@@ -4,7 +4,9 @@ Engine state is read at scrape time from `AsyncLLMEngine.stats()` (requests
 waiting, running, paused by context policy, swapped; device and host KV blocks;
 the token budget). Finished requests feed the TTFT and normalized-latency
 histograms and the finished / SLO-met counters (definitions: `augserve.core.metrics`);
-tool calls feed the per-tool counters and duration histogram.
+tool calls feed the per-tool counters and duration histogram; the predictor's
+per-tool call-time prediction and the latency model's source come from
+`predictions.PredictionCollector`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from augserve.core.metrics import SLOConfig, request_metrics
 from augserve.core.request import Request
+from augserve.server.predictions import PredictionCollector
 from augserve.server.tool_registry import ToolOutcome
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -67,10 +70,17 @@ class _EngineCollector:
 
 
 class ServerMetrics:
-    def __init__(self, stats: Callable[[], Any], slo: SLOConfig) -> None:
+    def __init__(
+        self,
+        stats: Callable[[], Any],
+        slo: SLOConfig,
+        predictor: Any = None,
+        latency_source: str = "default",
+    ) -> None:
         self.slo = slo
         self.registry = CollectorRegistry()
         self.registry.register(_EngineCollector(stats))
+        self.registry.register(PredictionCollector(predictor, latency_source))
         r = self.registry
         self.ttft = Histogram(
             "augserve_time_to_first_token_seconds",

@@ -1,13 +1,14 @@
 """The server's tools file (`--tools FILE`, YAML or JSON), validated at start-up.
 
 ```yaml
-defaults: {timeout: 30, max_concurrency: 8}
+defaults: {timeout: 30, max_concurrency: 8}  # expected_duration: the predictor's global prior
 allowed_hosts: [api.example.com]          # hosts HTTP tools may reach
 tools:
   - name: get_weather
     description: The weather in a city
     python: my_tools:get_weather           # module:function (sync or async)
     timeout: 5
+    expected_duration: 0.3                 # seconds: the call-time predictor's prior
   - name: search
     http: {url: "https://api.example.com/search", method: GET}
     parameters: {type: object, properties: {q: {type: string}}, required: [q]}
@@ -74,12 +75,16 @@ def _expand(value: str) -> str:
 class Limits:
     timeout: float = 30.0
     max_concurrency: int = 8
+    expected_duration: float | None = None  # seconds: the online predictor's prior
 
     @classmethod
     def read(cls, d: Mapping[str, Any], base: Limits, where: str) -> Limits:
         timeout = _positive(d.get("timeout", base.timeout), f"{where}.timeout")
         conc = _count(d.get("max_concurrency", base.max_concurrency), f"{where}.max_concurrency")
-        return cls(timeout, conc)
+        expected = d.get("expected_duration", base.expected_duration)
+        if expected is not None:
+            expected = _positive(expected, f"{where}.expected_duration")
+        return cls(timeout, conc, expected)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,12 @@ turn, rotating which goes first; only one is busy at a time.
   resubmits the whole context plus the returned tokens (prefix caching on).
 - augserve: each request is sent once with its plan (`augserve_segments`); the
   call runs on the server (a scripted sleep) while the policy keeps, swaps or
-  drops the request's KV.
+  drops the request's KV. With `--predictors oracle` (the default, and every run
+  before issue 24) the scheduler reads the plan, so it knows each call's true
+  duration and each segment's true length: an upper bound, since vLLM knows
+  nothing. `--predictors online` runs the server's default predictor instead,
+  which learns from the calls and segments it has seen and never reads the
+  plan (rows `augserve:POLICY+online`); give both to run them side by side.
 
 One SLO for both, absolute, from vLLM's own batch-1 decode iteration measured
 first: TTFT < `--ttft-iterations` iterations, normalized latency < 10 iterations.
@@ -91,7 +96,12 @@ def vllm_server(args: argparse.Namespace, log: Path) -> ManagedServer:
 
 
 def augserve_server(
-    args: argparse.Namespace, policy: str, log: Path, profile: Path | None, slo: Any = None
+    args: argparse.Namespace,
+    policy: str,
+    log: Path,
+    profile: Path | None,
+    slo: Any = None,
+    predictor: str = "oracle",
 ) -> ManagedServer:
     """`augserve serve` on the model; with `slo` (the benchmark's SLOConfig) the
     scheduler is told the SLO it is judged by (`augserve-slo` triages by it)."""
@@ -104,12 +114,11 @@ def augserve_server(
         "--num-device-blocks", str(args.kv_tokens // args.block_size),
         "--max-num-batched-tokens", str(args.max_batch_tokens),
         "--max-num-seqs", str(args.max_num_seqs), "--threads", str(args.threads),
-        "--allow-scripted-tools", "--log-level", "warning",
+        "--allow-scripted-tools", "--log-level", "warning", "--predictor", predictor,
     ]  # fmt: skip
     if args.swap_tokens:
         argv += ["--swap-space", f"{args.swap_tokens * kv_bytes(args.model) / 2**30:.6f}"]
-    if profile is not None:
-        argv += ["--profile", str(profile)]
+    argv += ["--profile", str(profile) if profile is not None else "default"]
     if slo is not None:
         argv += ["--set", f"slo_ttft={slo.ttft_slo!r}"]
         argv += ["--set", f"slo_norm_latency={slo.norm_latency_slo!r}"]
@@ -135,6 +144,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--preset", default="small", choices=("tiny", "small", "100m"))
     p.add_argument("--rates", type=float, nargs="+", default=[1.0, 2.0, 3.0, 4.0])
     p.add_argument("--policies", nargs="+", default=["vllm", "infercept", "augserve"])
+    p.add_argument(
+        "--predictors", nargs="+", choices=("oracle", "online"), default=["oracle"],
+        help="augserve's predictor: oracle (reads each request's plan: an upper bound) "
+        "and/or online (the server's default: learned from its own traffic)",
+    )  # fmt: skip
     p.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals per point")
     p.add_argument("--drain", type=float, default=45.0, help="seconds allowed after arrivals")
     p.add_argument("--length-scale", type=float, default=0.25)
@@ -231,10 +245,13 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
     else:
         prof = write_profile(args, a_iter, a_prefill, prof_path)
     named: dict[str, ManagedServer] = {"vllm": vllm}
+    told = slo if args.server_slo == "bench" else None
     for pol in args.policies:
-        log = out.with_name(f"server-augserve-{pol}.log")
-        told = slo if args.server_slo == "bench" else None
-        named[f"augserve:{pol}"] = start(augserve_server(args, pol, log, prof, told), servers)
+        for pred in args.predictors:
+            tag = pol if pred == "oracle" else f"{pol}+{pred}"
+            log = out.with_name(f"server-augserve-{tag}.log")
+            srv = augserve_server(args, pol, log, prof, told, predictor=pred)
+            named[f"augserve:{tag}"] = start(srv, servers)
     vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
     scale = Scale(length=args.length_scale, time=args.time_scale)
     rows: list[dict[str, Any]] = []

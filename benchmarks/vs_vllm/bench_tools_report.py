@@ -89,6 +89,22 @@ def ceiling(m: dict[str, Any], vllm_goodput: float) -> str:
     return f"{best / vllm_goodput:.2f}x ({best:.3f} req/s)"
 
 
+def capacities(rows: list[dict[str, Any]], floor: float = 0.9) -> str:
+    """Each engine's SLO capacity: the highest rate with at least `floor` attainment."""
+    best: dict[str, float] = {}
+    for r in rows:
+        if r["metrics"]["slo_attainment"] >= floor:
+            best[r["engine"]] = max(best.get(r["engine"], 0.0), r["rate"])
+    engines = sorted({r["engine"] for r in rows}, key=lambda e: (e != "vllm", e))
+    v = best.get("vllm")
+    parts = []
+    for e in engines:
+        cap = best.get(e)
+        ratio = f" ({cap / v:.2f}x vLLM)" if cap and v else ""
+        parts.append(f"{e} {cap:g} req/s{ratio}" if cap else f"{e} below every rate")
+    return f"SLO capacity (highest rate with >= {floor:.0%} attainment): " + "; ".join(parts)
+
+
 def report(result: dict[str, Any]) -> str:
     v, a = result["vllm"], result["augserve"]
     speed = (
@@ -96,7 +112,8 @@ def report(result: dict[str, Any]) -> str:
         f"{a['iteration_s'] * 1e3:.1f} ms; 256-token prefill: vLLM "
         f"{v['prefill_256_s'] * 1e3:.0f} ms, augserve {a['prefill_256_s'] * 1e3:.0f} ms"
     )
-    return "\n".join([table(result["rows"]), "", result["slo_text"], speed, target(result["rows"])])
+    rows = result["rows"]
+    return "\n".join([table(rows), "", result["slo_text"], speed, target(rows), capacities(rows)])
 
 
 if __name__ == "__main__":  # re-print a results file: bench_tools_report.py results.json

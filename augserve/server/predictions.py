@@ -1,0 +1,71 @@
+"""What the server predicts, wired to its tools file and shown on `/metrics` (issue 24).
+
+`apply_tool_priors` gives the online predictor each tool's `expected_duration`
+from the tools file (and the file's default as the prior of every other tool).
+`PredictionCollector` exports, at scrape time, the predictor's current call-time
+prediction per tool and its error, and where the scheduler's latency model came
+from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from augserve.server.tool_config import ToolsConfig
+
+
+def apply_tool_priors(predictor: Any, tools: ToolsConfig) -> None:
+    """Seed an online predictor's call-time priors from the tools file (others: no-op)."""
+    calls = getattr(predictor, "calls", None)
+    if calls is None:
+        return
+    if tools.defaults.expected_duration is not None:
+        calls.set_global_prior(tools.defaults.expected_duration)
+    for spec in tools.tools:
+        if spec.limits.expected_duration is not None:
+            calls.set_prior(spec.name, spec.limits.expected_duration)
+
+
+class PredictionCollector:
+    """`augserve_tool_predicted_seconds{tool}` and its error; the latency model's source."""
+
+    def __init__(self, predictor: Any, latency_source: str) -> None:
+        self.predictor = predictor
+        self.latency_source = latency_source
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "augserve_latency_profile_info",
+            "Where the scheduler's latency model came from (1 for the source in use)",
+            labels=["source"],
+        )
+        info.add_metric([self.latency_source], 1.0)
+        yield info
+        calls = getattr(self.predictor, "calls", None)
+        if calls is None:
+            return
+        names = ("predicted_seconds", "prediction_error_seconds", "prediction_log_error")
+        helps = (
+            "The online predictor's current call duration prediction, per tool",
+            "Mean |observed - predicted| call duration (each before its update), per tool",
+            "Mean |ln(observed / predicted)| call duration, per tool",
+        )
+        fams = [
+            GaugeMetricFamily(f"augserve_tool_{n}", h, labels=["tool"])
+            for n, h in zip(names, helps, strict=True)
+        ]
+        observed = GaugeMetricFamily(
+            "augserve_tool_predictor_observations", "Calls the predictor learned from, per tool",
+            labels=["tool"],
+        )  # fmt: skip
+        for tool, est in sorted(calls.tools().items()):
+            for fam, value in zip(
+                fams, (est.predicted, est.mean_abs_error, est.mean_abs_log_error), strict=True
+            ):
+                fam.add_metric([tool], value)
+            observed.add_metric([tool], est.count)
+        yield from fams
+        yield observed
