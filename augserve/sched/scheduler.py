@@ -47,6 +47,7 @@ class Scheduler(SchedulerState):
             self._finish(req, FinishReason.ERROR, now)
             return self._take_update()
         self._apply_prediction(req, prediction)
+        self._peek_prefix(req)
         self.policy.on_arrival(req, now)
         self._add_runnable(req, now)
         return self._take_update()
@@ -107,12 +108,15 @@ class Scheduler(SchedulerState):
         elapsed = max(0.0, now - out.now)
         get, capacity = results.get, self.capacity_tokens
         finish, call = StepEvent.FINISH, StepEvent.CALL
+        prefix, bs = self.prefix, self.config.block_size
         for chunk in out.chunks:  # runs for every request of every iteration: kept lean
             req = chunk.request
             if req.finish_time is not None:
                 continue  # aborted while the iteration ran
             req.num_computed_tokens += chunk.num_tokens
             req.exec_time += elapsed
+            if prefix is not None and req.num_computed_tokens // bs > req.num_hashed_blocks:
+                prefix.cache_computed(req)  # a block filled up: later requests may hit it
             if not chunk.sample:
                 continue
             result = get(req.request_id, _NO_EVENT)
@@ -189,6 +193,7 @@ class Scheduler(SchedulerState):
             self._finish(req, FinishReason.LENGTH, now)
             return self._take_update()
         self._apply_prediction(req, prediction)
+        self._peek_prefix(req)
         self.policy.on_return(req, applied, now)
         self._add_runnable(req, now)
         self._update.resumed.append(request_id)

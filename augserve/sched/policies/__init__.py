@@ -43,4 +43,11 @@ def uses_dynamic_budget(config: SchedulerConfig) -> bool:
     return policy_class(config.policy).uses_dynamic_budget
 
 
+def uses_prefix_caching(config: SchedulerConfig) -> bool:
+    """The config's `enable_prefix_caching`, else the policy's default."""
+    if config.enable_prefix_caching is not None:
+        return config.enable_prefix_caching
+    return policy_class(config.policy).prefix_caching
+
+
 __all__ = ["POLICIES", "LoadView", "RankingPolicy", "make_policy", "policy_class"]

@@ -44,6 +44,7 @@ class RankingPolicy:
     requeue_on_return = False  # vLLM: a returned request joins the back of the queue
     uses_dynamic_budget = False  # AugServe: the token budget follows free + reclaimable KV
     needs_after_schedule = False  # the scheduler calls `after_schedule` only if set
+    prefix_caching = True  # the prefix cache's default (`SchedulerConfig.enable_prefix_caching`)
 
     def __init__(self, config: SchedulerConfig, latency: LatencyModel, load: LoadView) -> None:
         self.config = config

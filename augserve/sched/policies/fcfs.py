@@ -15,6 +15,7 @@ class VLLMPolicy(RankingPolicy):
     """
 
     name = "vllm"
+    prefix_caching = False  # the paper's baseline, as the paper ran it
     discard_on_call = True
     requeue_on_return = True
 
@@ -26,3 +27,4 @@ class InferceptPolicy(RankingPolicy):
     """INFERCEPT: FCFS by original arrival, also after a return; min-waste context policy."""
 
     name = "infercept"  # the base key: (queue time = original arrival, id)
+    prefix_caching = False  # the paper's baseline, as the paper ran it
