@@ -181,6 +181,13 @@ class Request:
         return self.num_tokens - self.num_computed_tokens
 
     @property
+    def num_tokens_to_compute(self) -> int:
+        """Uncomputed tokens, less the prefix cache's hit for a request without KV."""
+        if self.num_computed_tokens == 0:
+            return self.num_tokens - min(self.num_cached_tokens, self.num_tokens - 1)
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
     def is_finished(self) -> bool:
         return self.status.is_finished
 

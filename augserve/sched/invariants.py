@@ -54,7 +54,9 @@ def _check_device_blocks(sched: Scheduler, live: list[Request]) -> None:
             h = dev.block_hash[b]
             if h is not None:
                 _check(i < full, f"{r.request_id}: cached block {b} is not full of its KV")
-                _check(h == prefix.block_hash(r, i), f"{r.request_id}: block {b} holds other tokens")
+                _check(
+                    h == prefix.block_hash(r, i), f"{r.request_id}: block {b} holds other tokens"
+                )
 
 
 def check_invariants(

@@ -88,6 +88,7 @@ class PrefixCache:
         self.device.touch(hit)
         req.block_ids = hit
         req.num_hashed_blocks = len(hit)
+        req.num_cached_tokens = 0  # admitted: the hit is in num_computed_tokens now
         req.num_computed_tokens = tokens = len(hit) * self.block_size
         return tokens
 

@@ -60,6 +60,9 @@ class Scheduler(SchedulerState):
         self._count_running()
         if self._replanner is not None:
             self._replanner.run(now, self._running_tokens)
+        elif self.policy.owns_context_policy:
+            for req in self.policy.replan(self.memory.in_call, now):
+                self.memory.replan(req, ContextPolicy.DISCARD)
         if not self.config.lazy_eviction:
             self.memory.evict_all_reclaimable()
         out.token_budget = self._last_budget = self.token_budget()
@@ -139,7 +142,11 @@ class Scheduler(SchedulerState):
         else:
             if result.tool is not None and self.predictor is not None:
                 self._apply_prediction(req, None)  # the tool is known now: a better guess
-            policy = self._choose_policy(req)
+            policy = (
+                self.policy.call_policy(req, now)
+                if self.policy.owns_context_policy and self.config.forced_context_policy is None
+                else self._choose_policy(req)
+            )
         self.memory.pause(req, policy, discard_now=self.policy.discard_on_call)
         if self.policy.discard_on_call:
             self._update.kv_discarded.append(req.request_id)

@@ -61,6 +61,7 @@ class SchedulerState:
         if (
             config.reevaluate_paused
             and not self.policy.discard_on_call
+            and not self.policy.owns_context_policy
             and config.forced_context_policy is None
         ):
             self._replanner = Replanner(self.memory, latency, config.block_size)

@@ -6,13 +6,16 @@ from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
 from augserve.sched.policies.augserve import AugServePolicy
 from augserve.sched.policies.base import LoadView, RankingPolicy
-from augserve.sched.policies.fcfs import InferceptPolicy, VLLMPolicy
+from augserve.sched.policies.continuum import ContinuumPolicy
+from augserve.sched.policies.fcfs import InferceptPolicy, VLLMAPCPolicy, VLLMPolicy
 from augserve.sched.policies.mars import MARSPolicy
 from augserve.sched.policies.slack import SlackPolicy
 from augserve.sched.policies.ssjf import SSJFInferceptPolicy, SSJFPolicy
 
 POLICIES: dict[str, type[RankingPolicy]] = {
     "vllm": VLLMPolicy,
+    "vllm-apc": VLLMAPCPolicy,
+    "continuum": ContinuumPolicy,
     "infercept": InferceptPolicy,
     "ssjf": SSJFPolicy,
     "ssjf-infercept": SSJFInferceptPolicy,
