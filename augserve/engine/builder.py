@@ -32,7 +32,9 @@ class EngineArgs:
     pool: `num_host_blocks` or `swap_space` (bytes). `profile`: a shipped profile name
     or JSON file for the scheduler's latency model (default: a rough CPU model, see
     `default_latency`).
-    `scheduler`: further `SchedulerConfig` fields."""
+    `scheduler`: further `SchedulerConfig` fields. `enable_prefix_caching`: automatic
+    prefix caching (vLLM's `--enable-prefix-caching`); None takes the policy's default,
+    on for every policy but the paper's baselines (`SchedulerConfig`)."""
 
     model: str
     policy: str = "augserve"
@@ -51,6 +53,7 @@ class EngineArgs:
     profile: str | None = None
     num_threads: int | None = None
     seed: int = 0
+    enable_prefix_caching: bool | None = None
     scheduler: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -80,13 +83,16 @@ class EngineArgs:
                 raise ValueError(f"EngineArgs.scheduler: unknown SchedulerConfig field {key!r}")
 
     def scheduler_config(self) -> SchedulerConfig:
+        extra = dict(self.scheduler)
+        if self.enable_prefix_caching is not None:
+            extra.setdefault("enable_prefix_caching", self.enable_prefix_caching)
         return SchedulerConfig(
             policy=self.policy,
             block_size=self.block_size,
             max_batch_tokens=self.max_batch_tokens,
             max_num_seqs=self.max_num_seqs,
             predictor=self.predictor,
-            **self.scheduler,
+            **extra,
         )
 
 

@@ -51,11 +51,12 @@ def _check_device_blocks(sched: Scheduler, live: list[Request]) -> None:
     for r in live:
         full = r.num_computed_tokens // bs
         for i, b in enumerate(r.block_ids):
-            h = dev.block_hash[b]
-            if h is not None:
+            named = dev.block_hash[b]
+            if named is not None:
                 _check(i < full, f"{r.request_id}: cached block {b} is not full of its KV")
                 _check(
-                    h == prefix.block_hash(r, i), f"{r.request_id}: block {b} holds other tokens"
+                    named == prefix.block_hash(r, i),
+                    f"{r.request_id}: block {b} holds other tokens",
                 )
 
 
