@@ -152,6 +152,7 @@ class Request:
     pred_return_len: float = 0.0
     # --- prefix cache (sched/prefix_cache.py) -----------------------------------
     num_cached_tokens: int = 0  # tokens of the context found in the prefix cache
+    num_cached_prompt_tokens: int = 0  # prompt tokens hit at the first admission (usage)
     num_hashed_blocks: int = 0  # leading device blocks registered in the prefix cache
     block_hashes: list[int] = field(default_factory=list)  # hashes of full blocks, memo
 

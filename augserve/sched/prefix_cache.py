@@ -96,6 +96,8 @@ class PrefixCache:
         """The request was admitted with `hit_tokens` of its context cached."""
         self.stats.queries += req.num_tokens
         self.stats.hits += hit_tokens
+        if req.first_scheduled_time is None:  # OpenAI's usage.prompt_tokens_details
+            req.num_cached_prompt_tokens = min(hit_tokens, req.prompt_len)
 
     def cache_computed(self, req: Request) -> None:
         """Register the request's full device blocks whose KV is computed."""

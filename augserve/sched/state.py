@@ -131,6 +131,9 @@ class SchedulerState:
             host_blocks_used=pool.num_host_blocks - pool.num_free_host,
             host_blocks_total=pool.num_host_blocks,
             token_budget=self._last_budget,
+            device_blocks_cached=pool.device.num_cached_free,
+            prefix_cache_queries=self.prefix.stats.queries if self.prefix else 0,
+            prefix_cache_hits=self.prefix.stats.hits if self.prefix else 0,
         )
 
     def live_requests(self) -> list[Request]:
