@@ -14,8 +14,10 @@ starts after it.
 Token identities: the engine's requests carry their real token ids; the
 simulator's requests of an agent session carry the session's synthetic ids
 (`core/token_ids.py`), so a later turn hits what an earlier one computed. A
-request that carries no ids at all (a trace of lengths only) is named by its
-own id and block index: it can hit only its own blocks, e.g. after a discard.
+request that carries no ids at all (a trace of lengths only), or filler ids that
+stand in for unknown content (`opaque_tokens`: a trace replayed on the engine),
+is named by its own id and block index: it can hit only its own blocks, e.g.
+after a discard, in the simulator and the engine alike.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class PrefixCache:
         hashes, bs, ids = req.block_hashes, self.block_size, req.token_ids
         while len(hashes) <= index:
             j = len(hashes)
-            if ids is None:
+            if ids is None or req.opaque_tokens:
                 hashes.append(hash((_OWN, req.request_id, j)))
             else:
                 parent = hashes[-1] if hashes else _ROOT
@@ -67,7 +69,7 @@ class PrefixCache:
         least its last token uncomputed."""
         bs = self.block_size
         limit = (req.num_tokens - 1) // bs
-        if req.token_ids is not None:
+        if req.token_ids is not None and not req.opaque_tokens:
             limit = min(limit, len(req.token_ids) // bs)
         cached = self.device.cached
         hit: list[int] = []
