@@ -5,7 +5,7 @@ from __future__ import annotations
 from driver import Driver, easy_profile
 
 from augserve.core.config import SchedulerConfig
-from augserve.core.request import ContextPolicy, Request, RequestStatus, Segment
+from augserve.core.request import ContextPolicy, Request, Segment
 from augserve.predict.base import OraclePredictor
 from augserve.sched.invariants import check_invariants
 from augserve.sched.scheduler import Scheduler
