@@ -85,8 +85,11 @@ def main() -> int:
             make_model("llama", args.preset, model_dir, overrides={"max_position_embeddings": 2048})
         results = {mode: run_mode(model_dir, mode == "on", args) for mode in ("on", "off")}
     for mode, r in results.items():
-        print(f"prefix cache {mode:3s}: first {r['first_ms']:8.1f} ms  repeat {r['repeat_ms']:8.1f}"
-              f" ms  repeat/first {r['repeat_over_first']:.3f}  cached {r['cached_tokens']:.0f}")  # fmt: skip
+        print(
+            f"prefix cache {mode:3s}: first {r['first_ms']:8.1f} ms"
+            f"  repeat {r['repeat_ms']:8.1f} ms  repeat/first {r['repeat_over_first']:.3f}"
+            f"  cached {r['cached_tokens']:.0f}"
+        )
     if args.out:
         Path(args.out).write_text(json.dumps({"results": results, "args": vars(args)}, indent=1))
     return 0
