@@ -35,6 +35,7 @@ def trace_arrivals(engine: LLMEngine, requests: list[Request]) -> tuple[list[Arr
         if req.prompt_len > limit:
             clipped += 1
             req.prompt_len = req.num_tokens = limit
+        req.opaque_tokens = True  # filler for a trace's unknown content: it shares no prefix
         req.token_ids = trace_prompt_ids(engine.tokenizer, req.prompt_text, req.prompt_len)
     arrivals = [Arrival(r.arrival_time, r, TRACE_PARAMS) for r in requests]
     return sorted(arrivals, key=lambda a: a.time), clipped

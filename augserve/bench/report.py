@@ -84,6 +84,14 @@ TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("norm_latency_p95", "NL95", "{:.4f}", "95th percentile of NL (s/token)"),
     ("finished_share", "fin", "{:.3f}", "share of the arrived requests that finished in time"),
     (
+        "latency_mean",
+        "JCT",
+        "{:.1f}",
+        "mean job completion time (s), arrival to finish of the finished requests (an agent"
+        " session is one request)",
+    ),
+    ("prefix_hit_rate", "hit", "{:.3f}", "prefix cache hits over tokens looked up at admission"),
+    (
         "long_quartile_finished_share",
         "longQ",
         "{:.3f}",

@@ -245,6 +245,7 @@ def sim_point_row(point: BenchPoint, probe: Probe | None = None) -> Row:
         stalled=stats.stalled,
         sched_ms_per_iter=stats.sched_ms_per_iter,  # wall
         sched_cpu_ms_per_iter=stats.sched_cpu_ms_per_iter,
+        prefix_hit_rate=stats.prefix_hit_rate,
         sim_wall_s=wall,
         sim_cpu_s=cpu,
         sim_end_time=stats.end_time,

@@ -67,6 +67,12 @@ class SchedulerConfig:
         without KV is admitted only if its predicted footprint fits beyond this share
         of the KV holders' predicted growth; None takes the policy's own (0: no gate,
         admit whenever memory can be had). Other policies ignore it.
+    enable_prefix_caching: automatic prefix caching (`sched/prefix_cache.py`, as vLLM v1):
+        full computed blocks stay cached after their request lets them go and a request
+        without KV starts after its cached prefix. None takes the policy's default (on,
+        except for the paper's baselines as the paper ran them: `vllm`, `infercept`,
+        `ssjf`, `ssjf-infercept`, `mars`); the engine and the server turn it on unless
+        told `--no-enable-prefix-caching`.
     """
 
     policy: str = "augserve"
@@ -97,6 +103,7 @@ class SchedulerConfig:
     slo_ttft: float | None = None
     slo_norm_latency: float | None = None
     admit_growth: float | None = None
+    enable_prefix_caching: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or not self.policy:

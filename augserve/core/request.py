@@ -19,6 +19,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from augserve.core.token_ids import synthetic_token, synthetic_token_ids
+
 
 class ContextPolicy(enum.Enum):
     """What happens to a request's KV cache while it waits on an external call."""
@@ -128,6 +130,9 @@ class Request:
     kind: str | None = None  # augmentation type / tool family, where the workload knows it
     token_ids: list[int] | None = None  # the engine keeps real tokens; the simulator does not
     max_tokens: int | None = None  # cap on generated tokens (all segments together)
+    session_id: str | None = None  # turns of one agent session share it (synthetic ids' key)
+    opaque_tokens: bool = False  # token_ids stand in for unknown content (a trace of lengths):
+    # the prefix cache names the blocks by the request, which shares them with no other
 
     # --- token accounting --------------------------------------------------
     num_tokens: int = 0  # tokens in the context: prompt + generated + returned
@@ -147,6 +152,11 @@ class Request:
     pred_output_len: float = 0.0  # predicted tokens still to generate in this segment
     pred_call_time: float | None = None  # predicted duration of the call ending it
     pred_return_len: float = 0.0
+    # --- prefix cache (sched/prefix_cache.py) -----------------------------------
+    num_cached_tokens: int = 0  # tokens of the context found in the prefix cache
+    num_cached_prompt_tokens: int = 0  # prompt tokens hit at the first admission (usage)
+    num_hashed_blocks: int = 0  # leading device blocks registered in the prefix cache
+    block_hashes: list[int] = field(default_factory=list)  # hashes of full blocks, memo
 
     # --- timestamps for metrics ------------------------------------------------
     first_scheduled_time: float | None = None
@@ -174,6 +184,13 @@ class Request:
         return self.num_tokens - self.num_computed_tokens
 
     @property
+    def num_tokens_to_compute(self) -> int:
+        """Uncomputed tokens, less the prefix cache's hit for a request without KV."""
+        if self.num_computed_tokens == 0:
+            return self.num_tokens - min(self.num_cached_tokens, self.num_tokens - 1)
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
     def is_finished(self) -> bool:
         return self.status.is_finished
 
@@ -181,6 +198,11 @@ class Request:
     def call_time_total(self) -> float:
         """Seconds spent in external calls that have returned (or ended)."""
         return sum((c.end - c.start) for c in self.calls if c.end is not None)
+
+    @property
+    def token_key(self) -> str:
+        """The key of the request's synthetic token stream (its session, else itself)."""
+        return self.session_id or self.request_id
 
     @property
     def current_segment(self) -> Segment | None:
@@ -198,14 +220,19 @@ class Request:
         self.num_tokens += 1
         self.num_generated_tokens += 1
         self.segment_generated += 1
-        if self.token_ids is not None and token_id is not None:
+        if self.token_ids is not None:
+            if token_id is None:  # an executor without a model: the synthetic stream's id
+                token_id = synthetic_token(self.token_key, len(self.token_ids))
             self.token_ids.append(token_id)
         if self.first_token_time is None:
             self.first_token_time = now
 
     def append_returned(self, num_returned: int, token_ids: Sequence[int] | None = None) -> int:
         """The call's result joins the context; returns how many tokens."""
-        if self.token_ids is not None and token_ids is not None:
+        if self.token_ids is not None:
+            if token_ids is None:
+                n = len(self.token_ids)
+                token_ids = synthetic_token_ids(self.token_key, n, n + num_returned)
             self.token_ids.extend(token_ids)
         self.num_tokens += num_returned
         self.num_returned_tokens += num_returned

@@ -37,7 +37,9 @@ class EngineArgs:
     else the rough placeholder of `default_latency`. `predictor`: `online` (learned
     from the engine's own requests and calls) by default; only `oracle` reads
     scripted plans.
-    `scheduler`: further `SchedulerConfig` fields."""
+    `scheduler`: further `SchedulerConfig` fields. `enable_prefix_caching`: automatic
+    prefix caching (vLLM's `--enable-prefix-caching`); None takes the policy's default,
+    on for every policy but the paper's baselines (`SchedulerConfig`)."""
 
     model: str
     policy: str = "augserve"
@@ -57,6 +59,7 @@ class EngineArgs:
     fit_latency: bool = False
     num_threads: int | None = None
     seed: int = 0
+    enable_prefix_caching: bool | None = None
     scheduler: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -86,13 +89,16 @@ class EngineArgs:
                 raise ValueError(f"EngineArgs.scheduler: unknown SchedulerConfig field {key!r}")
 
     def scheduler_config(self) -> SchedulerConfig:
+        extra = dict(self.scheduler)
+        if self.enable_prefix_caching is not None:
+            extra.setdefault("enable_prefix_caching", self.enable_prefix_caching)
         return SchedulerConfig(
             policy=self.policy,
             block_size=self.block_size,
             max_batch_tokens=self.max_batch_tokens,
             max_num_seqs=self.max_num_seqs,
             predictor=self.predictor,
-            **self.scheduler,
+            **extra,
         )
 
 

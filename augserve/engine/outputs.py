@@ -65,6 +65,7 @@ class RequestOutput:
     tool_calls: list[ParsedCall] = field(default_factory=list)
     tool_results: list[ToolResult] = field(default_factory=list)
     num_generated_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
     num_calls: int = 0
     request: Request | None = None
     new_logprobs: list[Logprob] = field(default_factory=list)  # of new_token_ids
@@ -147,6 +148,7 @@ class SeqState:
             tool_calls=list(self.client_calls),
             tool_results=list(self.results),
             num_generated_tokens=req.num_generated_tokens,
+            num_cached_tokens=req.num_cached_prompt_tokens,
             num_calls=len(req.calls),
             request=req,
             new_logprobs=self.logprobs[self.sent_ids :],

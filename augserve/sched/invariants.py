@@ -18,20 +18,58 @@ def _check(cond: bool, msg: str) -> None:
         raise InvariantError(msg)
 
 
+def _check_device_blocks(sched: Scheduler, live: list[Request]) -> None:
+    """Each device block's reference count is the number of live requests holding it
+    (once each); the blocks nobody holds are exactly the free ones; the cache maps
+    hashes to blocks that carry them, and only the prefix cache shares blocks."""
+    dev = sched.pool.device
+    holders = [0] * dev.num_blocks
+    for r in live:
+        _check(len(set(r.block_ids)) == len(r.block_ids), f"{r.request_id}: a block twice")
+        for b in r.block_ids:
+            holders[b] += 1
+    _check(holders == dev.ref_count, "device reference counts differ from the holders")
+    free = dev.free_ids()
+    _check(len(free) == len(set(free)), "a device block is free twice")
+    unheld = [b for b, n in enumerate(holders) if n == 0]
+    _check(sorted(free) == unheld, "device blocks held by nobody are not exactly the free ones")
+    for h, b in dev.cached.items():
+        _check(dev.block_hash[b] == h, f"cached hash of block {b} does not match")
+    _check(
+        sum(h is not None for h in dev.block_hash) == len(dev.cached),
+        "a block carries a hash the cache does not know",
+    )
+    _check(
+        all(dev.block_hash[b] is not None for b in dev.evictable_ids()),
+        "a cached free block has no hash",
+    )
+    prefix = sched.prefix
+    if prefix is None:
+        _check(max(holders, default=0) <= 1, "a device block is shared without a prefix cache")
+        return
+    bs = sched.pool.block_size
+    for r in live:
+        full = r.num_computed_tokens // bs
+        for i, b in enumerate(r.block_ids):
+            named = dev.block_hash[b]
+            if named is not None:
+                _check(i < full, f"{r.request_id}: cached block {b} is not full of its KV")
+                _check(
+                    named == prefix.block_hash(r, i),
+                    f"{r.request_id}: block {b} holds other tokens",
+                )
+
+
 def check_invariants(
     sched: Scheduler, out: SchedulerOutput | None = None, finished: Iterable[Request] = ()
 ) -> None:
     """Blocks owned once, one state per request, budget kept, nothing lost."""
     pool = sched.pool
-    live = sched.live_requests()
+    live = list(sched.live_requests())
     ids = [r.request_id for r in live]
     _check(len(ids) == len(set(ids)), "a request is in two queues")
-    device: list[int] = [b for r in live for b in r.block_ids]
     host: list[int] = [b for r in live for b in r.host_block_ids]
-    _check(
-        sorted(device + pool.device.free_ids()) == list(range(pool.num_device_blocks)),
-        "device blocks are not each owned once or free",
-    )
+    _check_device_blocks(sched, live)
     _check(
         sorted(host + pool.host.free_ids()) == list(range(pool.num_host_blocks)),
         "host blocks are not each owned once or free",

@@ -6,6 +6,10 @@ the device part to the front of the host part; swap-in moves them back in
 order. Every move made while `schedule()` runs is recorded in the iteration's
 `SchedulerOutput` so the executor can copy the tensors; a discard outside it
 (vLLM's at a call start) is reported in the `SchedulerUpdate` instead.
+
+With the prefix cache (`prefix`), a device block may be shared: freeing drops
+one reference, and a full computed block outlives its request as cached free
+memory (`core/block_pool.py`, `sched/prefix_cache.py`).
 """
 
 from __future__ import annotations
@@ -13,11 +17,15 @@ from __future__ import annotations
 from augserve.core.block_pool import BlockPool
 from augserve.core.request import Request
 from augserve.sched.output import SchedulerOutput
+from augserve.sched.prefix_cache import PrefixCache
 
 
 class KVManager:
-    def __init__(self, pool: BlockPool, swap_budget_blocks: int) -> None:
+    def __init__(
+        self, pool: BlockPool, swap_budget_blocks: int, prefix_caching: bool = False
+    ) -> None:
         self.pool = pool
+        self.prefix = PrefixCache(pool) if prefix_caching else None
         self.swap_budget_blocks = swap_budget_blocks
         self._out: SchedulerOutput | None = None
         self._swap_out_left = swap_budget_blocks
@@ -55,6 +63,7 @@ class KVManager:
         self.pool.host.free(req.host_block_ids)
         req.block_ids = []
         req.host_block_ids = []
+        req.num_hashed_blocks = 0
 
     def discard(self, req: Request) -> int:
         """Drop the request's KV entirely; it recomputes later. Returns device blocks freed."""
@@ -73,6 +82,7 @@ class KVManager:
         host = self.pool.host.allocate(n)
         device = req.block_ids[-n:]
         del req.block_ids[-n:]
+        req.num_hashed_blocks = min(req.num_hashed_blocks, len(req.block_ids))
         assert self._out is not None, "swaps happen only inside schedule()"
         self._out.swap_out.extend(zip(device, host, strict=True))
         req.host_block_ids[:0] = host

@@ -147,3 +147,6 @@ class SchedulerStats:
     host_blocks_used: int
     host_blocks_total: int
     token_budget: int  # the last iteration's token budget
+    device_blocks_cached: int = 0  # free device blocks still holding cached KV
+    prefix_cache_queries: int = 0  # tokens looked up in the prefix cache at admission
+    prefix_cache_hits: int = 0  # of them, tokens found

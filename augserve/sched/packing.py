@@ -192,18 +192,26 @@ class Packer:
                 self.make_room(missing, req)
             if not kv.swap_in(req):
                 return None
+        holder = req if req.block_ids else None  # holds KV: may displace and preempt
+        hit = kv.prefix.take_hit(req) if admitting and kv.prefix is not None else 0
         n = min(req.num_uncomputed_tokens, left)
         need = kv.blocks_needed(req, n)
         if need > pool.num_free_device:
-            self.make_room(need - pool.num_free_device, req if req.block_ids else None)
+            self.make_room(need - pool.num_free_device, holder)
             if need > pool.num_free_device:
                 n = min(n, kv.token_capacity(req, pool.num_free_device))
                 if n <= 0:
+                    if hit:
+                        kv.free_all(req)  # not admitted: its hit goes back to the cache
+                        req.num_computed_tokens = 0
                     return None
                 need = kv.blocks_needed(req, n)
         kv.allocate(req, need)
-        if admitting and self.gate is not None:
-            self.gate.admitted(req)
+        if admitting:
+            if kv.prefix is not None:
+                kv.prefix.count(req, hit)
+            if self.gate is not None:
+                self.gate.admitted(req)
         start = req.num_computed_tokens
         return ScheduledChunk(req, n, start, start + n == req.num_tokens, req.block_ids)
 

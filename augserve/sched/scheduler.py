@@ -47,6 +47,7 @@ class Scheduler(SchedulerState):
             self._finish(req, FinishReason.ERROR, now)
             return self._take_update()
         self._apply_prediction(req, prediction)
+        self._peek_prefix(req)
         self.policy.on_arrival(req, now)
         self._add_runnable(req, now)
         return self._take_update()
@@ -59,6 +60,9 @@ class Scheduler(SchedulerState):
         self._count_running()
         if self._replanner is not None:
             self._replanner.run(now, self._running_tokens)
+        elif self.policy.owns_context_policy:
+            for req in self.policy.replan(self.memory.in_call, now):
+                self.memory.replan(req, ContextPolicy.DISCARD)
         if not self.config.lazy_eviction:
             self.memory.evict_all_reclaimable()
         out.token_budget = self._last_budget = self.token_budget()
@@ -107,12 +111,15 @@ class Scheduler(SchedulerState):
         elapsed = max(0.0, now - out.now)
         get, capacity = results.get, self.capacity_tokens
         finish, call = StepEvent.FINISH, StepEvent.CALL
+        prefix, bs = self.prefix, self.config.block_size
         for chunk in out.chunks:  # runs for every request of every iteration: kept lean
             req = chunk.request
             if req.finish_time is not None:
                 continue  # aborted while the iteration ran
             req.num_computed_tokens += chunk.num_tokens
             req.exec_time += elapsed
+            if prefix is not None and req.num_computed_tokens // bs > req.num_hashed_blocks:
+                prefix.cache_computed(req)  # a block filled up: later requests may hit it
             if not chunk.sample:
                 continue
             result = get(req.request_id, _NO_EVENT)
@@ -137,7 +144,11 @@ class Scheduler(SchedulerState):
         else:
             if self.predictor is not None and (result.tool is not None or self.learner):
                 self._apply_prediction(req, None)  # the call is known now: a better guess
-            policy = self._choose_policy(req)
+            policy = (
+                self.policy.call_policy(req, now)
+                if self.policy.owns_context_policy and self.config.forced_context_policy is None
+                else self._choose_policy(req)
+            )
         self.memory.pause(req, policy, discard_now=self.policy.discard_on_call)
         if self.policy.discard_on_call:
             self._update.kv_discarded.append(req.request_id)
@@ -196,6 +207,7 @@ class Scheduler(SchedulerState):
             self._finish(req, FinishReason.LENGTH, now)
             return self._take_update()
         self._apply_prediction(req, prediction)
+        self._peek_prefix(req)
         self.policy.on_return(req, applied, now)
         self._add_runnable(req, now)
         self._update.resumed.append(request_id)

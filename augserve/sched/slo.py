@@ -65,7 +65,7 @@ def slo_deadline(
     """The last time the request can get service and still meet its SLO."""
     first = req.first_token_time
     if first is None:
-        return req.arrival_time + target.ttft - latency.prefill_time(req.num_uncomputed_tokens)
+        return req.arrival_time + target.ttft - latency.prefill_time(req.num_tokens_to_compute)
     if first - req.arrival_time >= target.ttft:
         return -math.inf
     if not norm:
@@ -74,5 +74,5 @@ def slo_deadline(
     tokens = req.num_generated_tokens + left
     if req.pred_call_time is not None:
         tokens += ahead * left
-    alone = latency.prefill_time(req.num_uncomputed_tokens) + left * latency.decode_iter_time()
+    alone = latency.prefill_time(req.num_tokens_to_compute) + left * latency.decode_iter_time()
     return req.arrival_time + req.call_time_total + target.norm_latency * tokens - alone

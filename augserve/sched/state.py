@@ -23,7 +23,7 @@ from augserve.sched.budget import dynamic_token_budget
 from augserve.sched.kv_manager import KVManager
 from augserve.sched.memory import MemoryManager
 from augserve.sched.output import FinishedRequest, SchedulerStats, SchedulerUpdate
-from augserve.sched.policies import make_policy, uses_dynamic_budget
+from augserve.sched.policies import make_policy, uses_dynamic_budget, uses_prefix_caching
 from augserve.sched.ranking import RankQueue
 from augserve.sched.replan import Replanner
 
@@ -43,7 +43,9 @@ class SchedulerState:
         swap_budget = config.swap_budget_blocks or max(
             1, latency.swap_tokens_per_iter() // config.block_size
         )
-        self.memory = MemoryManager(KVManager(self.pool, swap_budget))
+        kv = KVManager(self.pool, swap_budget, uses_prefix_caching(config))
+        self.memory = MemoryManager(kv)
+        self.prefix = kv.prefix
         self.policy = make_policy(config, latency, self)
         self.dynamic_budget = uses_dynamic_budget(config)
         self._runnable: dict[str, Request] = {}  # WAITING, RUNNING, RESUMABLE_SWAPPED
@@ -61,6 +63,7 @@ class SchedulerState:
         if (
             config.reevaluate_paused
             and not self.policy.discard_on_call
+            and not self.policy.owns_context_policy
             and config.forced_context_policy is None
         ):
             self._replanner = Replanner(self.memory, latency, config.block_size, self.learner)
@@ -130,6 +133,9 @@ class SchedulerState:
             host_blocks_used=pool.num_host_blocks - pool.num_free_host,
             host_blocks_total=pool.num_host_blocks,
             token_budget=self._last_budget,
+            device_blocks_cached=pool.device.num_cached_free,
+            prefix_cache_queries=self.prefix.stats.queries if self.prefix else 0,
+            prefix_cache_hits=self.prefix.stats.hits if self.prefix else 0,
         )
 
     def live_requests(self) -> list[Request]:
@@ -162,6 +168,14 @@ class SchedulerState:
         req.pred_output_len = prediction.output_len
         req.pred_call_time = prediction.call_time
         req.pred_return_len = prediction.return_len
+
+    def _peek_prefix(self, req: Request) -> None:
+        """What of a request without KV the prefix cache holds now, for the policy's
+        costs (a request whose prefix is cached costs less to admit)."""
+        if self.prefix is not None and not (req.block_ids or req.host_block_ids):
+            req.num_cached_tokens = self.prefix.peek_tokens(req)
+        else:
+            req.num_cached_tokens = 0
 
     def _count_running(self) -> None:
         """L_other (tokens held by running requests) and MARS's running batch."""

@@ -110,7 +110,11 @@ async def chat_completion(state: ServerState, req: ChatCompletionRequest, http: 
         "created": created,
         "model": req.model,
         "choices": out_choices,
-        "usage": usage(len(prompt), sum(c.state.completion_tokens for c in choices)),
+        "usage": usage(
+            len(prompt),
+            sum(c.state.completion_tokens for c in choices),
+            choices[0].state.cached_tokens if choices else 0,
+        ),
     }
     return JSONResponse(body)
 
@@ -158,7 +162,7 @@ async def _stream(
             "created": created,
             "model": model,
             "choices": [],
-            "usage": usage(len(prompt), total),
+            "usage": usage(len(prompt), total, choices[0].state.cached_tokens if choices else 0),
         }
         yield sse(last)
     yield "data: [DONE]\n\n"

@@ -126,7 +126,7 @@ async def completion(state: ServerState, req: CompletionRequest, http: Request) 
         "created": created,
         "model": req.model,
         "choices": choices,
-        "usage": usage(n_prompt, n_out),
+        "usage": usage(n_prompt, n_out, _cached(batches)),
     }
     return JSONResponse(body)
 
@@ -212,7 +212,12 @@ async def _stream(
                 "created": created,
                 "model": req.model,
                 "choices": [],
-                "usage": usage(n_prompt, n_out),
+                "usage": usage(n_prompt, n_out, _cached(batches)),
             }
         )
     yield "data: [DONE]\n\n"
+
+
+def _cached(batches: list[Any]) -> int:
+    """Prompt tokens the prefix cache held: each prompt's once (its first sample's)."""
+    return sum(chs[0].state.cached_tokens for _, _, chs in batches if chs)

@@ -43,6 +43,7 @@ class ChoiceState:
     finish_reason: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the prefix cache held (usage.prompt_tokens_details)
     scripted: bool = False  # a scripted plan: the content is the generated text
     token_ids: list[int] = field(default_factory=list)  # generated ids so far
     new_ids: list[int] = field(default_factory=list)  # generated ids of the last delta
@@ -81,6 +82,7 @@ class ChoiceState:
         self._sent = max(self._sent, len(visible))
         self.content += new
         self.completion_tokens = out.num_generated_tokens
+        self.cached_tokens = out.num_cached_tokens
         if out.finished:
             self.finish_reason = out.finish_reason
             if out.tool_calls:
@@ -92,6 +94,7 @@ class ChoiceState:
         """No parser, no stops: the generated text (filler results are not shown)."""
         self.content += out.delta_text
         self.completion_tokens = out.num_generated_tokens
+        self.cached_tokens = out.num_cached_tokens
         if out.finished:
             self.finish_reason = out.finish_reason
             if out.request is not None:

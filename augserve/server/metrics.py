@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from augserve.core.metrics import SLOConfig, request_metrics
 from augserve.core.request import Request
@@ -67,6 +67,28 @@ class _EngineCollector:
         yield GaugeMetricFamily(
             "augserve_token_budget", "The last iteration's token budget", s.token_budget
         )
+        yield from _prefix_cache_metrics(s)
+
+
+def _prefix_cache_metrics(s: Any) -> Iterator[Metric]:
+    """vLLM's prefix-cache counters (tokens queried and hit at admission) and their rate."""
+    yield CounterMetricFamily(
+        "augserve_prefix_cache_queries",
+        "Prompt and context tokens looked up in the prefix cache",
+        s.prefix_cache_queries,
+    )
+    yield CounterMetricFamily(
+        "augserve_prefix_cache_hits", "Tokens found in the prefix cache", s.prefix_cache_hits
+    )
+    rate = s.prefix_cache_hits / s.prefix_cache_queries if s.prefix_cache_queries else 0.0
+    yield GaugeMetricFamily(
+        "augserve_prefix_cache_hit_rate", "Prefix cache hits over queries, in tokens", rate
+    )
+    yield GaugeMetricFamily(
+        "augserve_kv_blocks_cached",
+        "Free device KV blocks holding cached KV",
+        s.device_blocks_cached,
+    )
 
 
 class ServerMetrics:

@@ -85,6 +85,12 @@ class SimStats:
     sched_calls: int = 0
     end_time: float = 0.0  # virtual time when the run stopped
     stalled: bool = False  # runnable work, no event left, nothing schedulable
+    prefix_queries: int = 0  # tokens looked up in the prefix cache at admission
+    prefix_hits: int = 0  # of them, tokens found
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
 
     @property
     def sched_ms_per_iter(self) -> float:
@@ -215,6 +221,9 @@ class Simulator:
                 break
             self.now = min(stop, max(self.now, self._events[0][0]))
         self.stats.end_time = self.now
+        if sched.prefix is not None:
+            self.stats.prefix_queries = sched.prefix.stats.queries
+            self.stats.prefix_hits = sched.prefix.stats.hits
         return self._result(reqs, offered, window, drain)
 
     def _result(

@@ -8,6 +8,8 @@ Names (see docs/trace-format.md):
 - `infercept-like`: synthetic, per-kind distributions fitted from the real
   trace (`kinds=("math", "qa")` restricts the mix).
 - `toolbench-like`: synthetic ToolBench-style agents.
+- `agent-sessions`: multi-turn agent sessions with client-side tools and think time
+  (`agent_sessions.py`); `n` counts sessions.
 - `resample:PATH`: a trace file (`.json` INFERCEPT, `.jsonl` ours) resampled
   with replacement to `n` requests.
 - `file:PATH`: a trace file as is (first `n` requests; `n <= 0` for all).
@@ -21,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from augserve.workload.agent_sessions import agent_sessions
 from augserve.workload.generators import infercept_like, mix_no_call, resample, toolbench_like
 from augserve.workload.infercept import load_infercept
 from augserve.workload.jsonl import read_jsonl
@@ -33,6 +36,7 @@ WORKLOAD_NAMES = (
     "infercept-oneapi",
     "infercept-like",
     "toolbench-like",
+    "agent-sessions",
     "resample:PATH",
     "file:PATH",
     "mixed:FRACTION[:BASE]",
@@ -88,4 +92,6 @@ def make_workload(name: str, n: int, seed: int = 0, **kw: Any) -> Trace:
         return infercept_like(n, seed, **kw)
     if name == "toolbench-like":
         return toolbench_like(n, seed)
+    if name == "agent-sessions":
+        return agent_sessions(n, seed)
     raise ValueError(f"workload: unknown name {name!r}; known: {', '.join(WORKLOAD_NAMES)}")

@@ -95,7 +95,12 @@ def test_a_plan_runs_its_tokens_and_calls_with_consistent_timing(scripted: LiveS
     choice = body["choices"][0]
     assert choice["finish_reason"] == "stop"  # the plan ran to its end
     assert len(choice["token_ids"]) == 12  # generated tokens only, EOS ignored
-    assert body["usage"] == {"prompt_tokens": 8, "completion_tokens": 12, "total_tokens": 20}
+    assert body["usage"] == {
+        "prompt_tokens": 8,
+        "completion_tokens": 12,
+        "total_tokens": 20,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     t = choice["augserve_timing"]
     assert (t["generated_tokens"], t["returned_tokens"]) == (12, 8)
     calls = t["calls"]

@@ -6,13 +6,16 @@ from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
 from augserve.sched.policies.augserve import AugServePolicy
 from augserve.sched.policies.base import LoadView, RankingPolicy
-from augserve.sched.policies.fcfs import InferceptPolicy, VLLMPolicy
+from augserve.sched.policies.continuum import ContinuumPolicy
+from augserve.sched.policies.fcfs import InferceptPolicy, VLLMAPCPolicy, VLLMPolicy
 from augserve.sched.policies.mars import MARSPolicy
 from augserve.sched.policies.slack import SlackPolicy
 from augserve.sched.policies.ssjf import SSJFInferceptPolicy, SSJFPolicy
 
 POLICIES: dict[str, type[RankingPolicy]] = {
     "vllm": VLLMPolicy,
+    "vllm-apc": VLLMAPCPolicy,
+    "continuum": ContinuumPolicy,
     "infercept": InferceptPolicy,
     "ssjf": SSJFPolicy,
     "ssjf-infercept": SSJFInferceptPolicy,
@@ -41,6 +44,13 @@ def uses_dynamic_budget(config: SchedulerConfig) -> bool:
     if config.dynamic_budget is not None:
         return config.dynamic_budget
     return policy_class(config.policy).uses_dynamic_budget
+
+
+def uses_prefix_caching(config: SchedulerConfig) -> bool:
+    """The config's `enable_prefix_caching`, else the policy's default."""
+    if config.enable_prefix_caching is not None:
+        return config.enable_prefix_caching
+    return policy_class(config.policy).prefix_caching
 
 
 __all__ = ["POLICIES", "LoadView", "RankingPolicy", "make_policy", "policy_class"]

@@ -62,12 +62,15 @@ class AugServePolicy(PlanningPolicy):
         return decode_cost(ctx_start, max(1.0, req.pred_output_len), self.tau_iter) + call
 
     def arrival_cost(self, req: Request, call: float | None = None) -> float:
-        """C_i,1 = C^prefill(L_p) + C^decode(L_p, l_out) + C^call(p^) (`on_arrival`'s C;
-        `call`: C^call when already planned)."""
+        """C_i,1 = C^prefill(L_p - cached) + C^decode(L_p, l_out) + C^call(p^) (`on_arrival`'s
+        C; `call`: C^call when already planned)."""
         if call is None:
             call = self._planned_call(req, req.prompt_len)
-        head = prefill_cost(req.prompt_len, self.latency)
-        return head + self._segment_tail(req, req.prompt_len, call)
+        return self._prefill_head(req) + self._segment_tail(req, req.prompt_len, call)
+
+    def _prefill_head(self, req: Request) -> float:
+        """C^prefill of the prompt less what the prefix cache holds of it."""
+        return prefill_cost(req.prompt_len - req.num_cached_tokens, self.latency)
 
     def feedback_cost(
         self, req: Request, applied: ContextPolicy, call: float | None = None
@@ -81,8 +84,11 @@ class AugServePolicy(PlanningPolicy):
     def _feedback(self, req: Request, applied: ContextPolicy) -> float:
         returned = req.calls[-1].returned_tokens
         ctx_at_call = req.num_tokens - returned
+        # a discarded context recomputes only what the prefix cache lost of it
+        lost = ctx_at_call - min(req.num_cached_tokens, ctx_at_call)
+        redo = lost if applied is ContextPolicy.DISCARD else ctx_at_call
         return return_cost(ctx_at_call, returned, self.latency) + resume_cost(
-            applied, ctx_at_call, self.latency
+            applied, redo, self.latency
         )
 
     def remaining_cost(self, req: Request) -> float:
@@ -121,7 +127,7 @@ class AugServePolicy(PlanningPolicy):
 
     def on_arrival(self, req: Request, now: float) -> None:
         call = self._planned_call(req, req.prompt_len)
-        head = prefill_cost(req.prompt_len, self.latency)
+        head = self._prefill_head(req)
         self._start_segment(req, head, call, self.arrival_cost(req, call))
 
     def on_return(self, req: Request, applied: ContextPolicy, now: float) -> None:

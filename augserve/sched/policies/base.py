@@ -7,7 +7,7 @@ counts, queue time, the predictor's estimates).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from augserve.core.config import SchedulerConfig
@@ -44,6 +44,8 @@ class RankingPolicy:
     requeue_on_return = False  # vLLM: a returned request joins the back of the queue
     uses_dynamic_budget = False  # AugServe: the token budget follows free + reclaimable KV
     needs_after_schedule = False  # the scheduler calls `after_schedule` only if set
+    prefix_caching = True  # the prefix cache's default (`SchedulerConfig.enable_prefix_caching`)
+    owns_context_policy = False  # the policy chooses context policies (`call_policy`, `replan`)
 
     def __init__(self, config: SchedulerConfig, latency: LatencyModel, load: LoadView) -> None:
         self.config = config
@@ -62,6 +64,16 @@ class RankingPolicy:
 
     def forget(self, request_id: str) -> None:
         """The request finished or was aborted: drop its state."""
+
+    def call_policy(self, req: Request, now: float) -> ContextPolicy:
+        """The context policy of the call the request just started (only asked where
+        `owns_context_policy`; INFERCEPT's min-waste choice otherwise)."""
+        raise NotImplementedError
+
+    def replan(self, in_call: Mapping[str, Request], now: float) -> list[Request]:
+        """Paused requests holding device KV whose KV may now be taken (planned Discard),
+        asked every iteration where `owns_context_policy`."""
+        return []
 
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
         """Sort key: lower runs first. Must end with the request id (keys are unique)."""

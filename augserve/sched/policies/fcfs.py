@@ -15,6 +15,7 @@ class VLLMPolicy(RankingPolicy):
     """
 
     name = "vllm"
+    prefix_caching = False  # the paper's baseline, as the paper ran it
     discard_on_call = True
     requeue_on_return = True
 
@@ -22,7 +23,17 @@ class VLLMPolicy(RankingPolicy):
         return (req.status is not RequestStatus.RUNNING, req.queue_time, req.request_id)
 
 
+class VLLMAPCPolicy(VLLMPolicy):
+    """vLLM v1 with automatic prefix caching: FCFS, the request ends at the call and its
+    blocks stay in the prefix cache until evicted; on return it is a new request (at the
+    back of the queue) whose prefix may hit."""
+
+    name = "vllm-apc"
+    prefix_caching = True
+
+
 class InferceptPolicy(RankingPolicy):
     """INFERCEPT: FCFS by original arrival, also after a return; min-waste context policy."""
 
     name = "infercept"  # the base key: (queue time = original arrival, id)
+    prefix_caching = False  # the paper's baseline, as the paper ran it

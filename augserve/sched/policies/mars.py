@@ -44,6 +44,7 @@ _RUNNING = 1
 
 class MARSPolicy(PlanningPolicy):
     name = "mars"
+    prefix_caching = False  # the paper's baseline, as the paper ran it
     needs_after_schedule = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

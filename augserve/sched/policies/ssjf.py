@@ -18,6 +18,7 @@ from augserve.sched.policies.base import RankingPolicy, predicted_remaining
 
 class SSJFPolicy(RankingPolicy):
     name = "ssjf"
+    prefix_caching = False  # the paper's baseline, as the paper ran it
     discard_on_call = True
     requeue_on_return = True
 
