@@ -8,6 +8,9 @@ tools:
     description: The weather in a city
     python: my_tools:get_weather           # module:function (sync or async)
     timeout: 5
+  - name: run_sql
+    python: my_tools:run_sql
+    isolate: true                          # in a worker process, killed at its timeout
   - name: search
     http: {url: "https://api.example.com/search", method: GET}
     parameters: {type: object, properties: {q: {type: string}}, required: [q]}
@@ -104,6 +107,7 @@ class ToolSpec:
     parameters: dict[str, Any] | None = None  # JSON schema; None: from the signature
     python: str | None = None  # "module:function"
     http: HttpTarget | None = None
+    isolate: bool = False  # a python tool run in a worker process killed at its timeout
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,11 @@ def _tool(d: Any, defaults: Limits, allowed: tuple[str, ...], i: int) -> ToolSpe
     python = d.get("python")
     if python is not None and (not isinstance(python, str) or ":" not in python):
         raise ValueError(f"{where}.python must be 'module:function', got {python!r}")
+    isolate = d.get("isolate", False)
+    if not isinstance(isolate, bool):
+        raise ValueError(f"{where}.isolate must be true or false, got {isolate!r}")
+    if isolate and python is None:
+        raise ValueError(f"{where}.isolate applies to python tools only")
     http = _http_target(d["http"], allowed, where) if "http" in d else None
     if http is not None and params is None:
         params = {"type": "object"}
@@ -173,6 +182,7 @@ def _tool(d: Any, defaults: Limits, allowed: tuple[str, ...], i: int) -> ToolSpe
         dict(params) if params is not None else None,
         python,
         http,
+        isolate,
     )
 
 
