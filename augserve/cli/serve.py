@@ -120,6 +120,18 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
         help="seconds running requests get to finish on SIGINT/SIGTERM" + D,
     )  # fmt: skip
     g.add_argument(
+        "--read-timeout", type=_positive_float, default=30.0,
+        help="seconds a client may take to send a request head, or each body part (408)" + D,
+    )  # fmt: skip
+    g.add_argument(
+        "--write-timeout", type=_positive_float, default=60.0,
+        help="seconds a client may read nothing of its response before it is cut off" + D,
+    )  # fmt: skip
+    g.add_argument(
+        "--idle-timeout", type=_positive_float, default=5.0,
+        help="seconds a keep-alive connection may idle between requests" + D,
+    )  # fmt: skip
+    g.add_argument(
         "--allow-scripted-tools", action="store_true",
         help="accept scripted tool plans (augserve_segments) on /v1/completions (benchmarks)",
     )  # fmt: skip
@@ -331,7 +343,12 @@ def _serve(args: argparse.Namespace) -> int:
     names = names or [args.model]
     eargs = engine_args(args, model)
     limits = ServerLimits(
-        args.max_body_bytes, args.max_tokens_limit, shutdown_grace=args.shutdown_grace
+        args.max_body_bytes,
+        args.max_tokens_limit,
+        shutdown_grace=args.shutdown_grace,
+        read_timeout=args.read_timeout,
+        write_timeout=args.write_timeout,
+        idle_timeout=args.idle_timeout,
     )
     opts = ServeOptions(
         tuple(names),

@@ -2,7 +2,8 @@
 
 The loop repeats: apply the calls that came back (`resume`), run one engine
 step, hand outputs to each request's stream, and start every new call as an
-asyncio task. A step runs in a worker thread (`asyncio.to_thread`), so the
+asyncio task. A step runs on the engine's own thread (a one-thread executor that
+nothing else uses: tools have their own, `server/tool_workers.py`), so the
 event loop keeps accepting and parsing requests while the model computes
 (torch releases the GIL); the engine is not thread-safe, so arrivals and aborts
 that come in during a step are queued and applied on the loop between steps,
@@ -15,6 +16,11 @@ Predictions stay off the loop too: with an expensive predictor (the learned
 one), a new request is predicted in a worker thread before it joins the
 scheduler, and a returned call's next segment is predicted before its result
 is handed back, so the loop never waits on a predictor.
+
+A forward that raises aborts only its batch: those requests finish with reason
+"error" (their KV freed) and their `generate()` raises `RequestFailed`; the
+engine goes on with the next step. `healthy` turns False after
+`FAILURES_UNHEALTHY` failed steps in a row (a step that computes resets it).
 """
 
 from __future__ import annotations
@@ -22,18 +28,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from augserve.core.prediction import Prediction
 from augserve.core.request import Request, Segment
-from augserve.engine.engine import EngineStep, LLMEngine
+from augserve.engine.engine import BatchFailed, EngineStep, LLMEngine
 from augserve.engine.outputs import RequestOutput
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tools import PendingCall, ToolExecutor, ToolSession, run_call
 from augserve.sched.output import SchedulerStats
 
+log = logging.getLogger("augserve.engine")
+
 _Item = RequestOutput | BaseException
+FAILURES_UNHEALTHY = 3  # failed steps in a row that make the engine unhealthy
+
+
+class RequestFailed(RuntimeError):
+    """The engine failed on this request (the forward of its batch raised); it finished
+    with reason "error" (`output`) and its KV was freed. Other requests go on."""
+
+    def __init__(self, message: str, output: RequestOutput | None = None) -> None:
+        super().__init__(message)
+        self.output = output
 
 
 @dataclass(frozen=True)
@@ -79,7 +99,11 @@ class AsyncLLMEngine:
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
-        self._error: BaseException | None = None
+        self._failed: dict[str, str] = {}  # request id -> why its batch failed
+        self._step_pool: ThreadPoolExecutor | None = None  # the engine's own thread
+        self.failed_steps = 0  # steps that raised, in all
+        self.failures_in_a_row = 0
+        self.last_failure: str | None = None
 
     # --- public API --------------------------------------------------------------------
     async def generate(
@@ -109,11 +133,14 @@ class AsyncLLMEngine:
                 if isinstance(item, BaseException):
                     raise item
                 finished = item.finished
+                if finished and rid in self._failed:
+                    raise RequestFailed(self._failed[rid], item)
                 yield item
                 if finished:
                     return
         finally:
             self._streams.pop(rid, None)
+            self._failed.pop(rid, None)
             if not finished:
                 self.abort(rid)
 
@@ -136,6 +163,11 @@ class AsyncLLMEngine:
     def stats(self) -> SchedulerStats:
         return self.engine.stats()
 
+    @property
+    def healthy(self) -> bool:
+        """False after `FAILURES_UNHEALTHY` failed steps in a row."""
+        return self.failures_in_a_row < FAILURES_UNHEALTHY
+
     async def shutdown(self) -> None:
         if self._loop_task is not None:
             self._loop_task.cancel()
@@ -148,6 +180,9 @@ class AsyncLLMEngine:
         for task in self._calls.values():
             task.cancel()
         self._calls.clear()
+        if self._step_pool is not None:
+            self._step_pool.shutdown(wait=False)
+            self._step_pool = None
 
     # --- the loop ----------------------------------------------------------------------
     def _add(self, a: _Add) -> None:
@@ -166,22 +201,70 @@ class AsyncLLMEngine:
             self.engine.abort(rid)
 
     async def _step(self) -> EngineStep:
-        """One engine step in a worker thread; the loop stays free meanwhile. If the
+        """One engine step on the engine's thread; the loop stays free meanwhile. If the
         loop is cancelled mid-step the step still completes (`shutdown` waits for it),
         and the engine is not touched from the loop until it has."""
         if not self.step_in_thread:
-            return self.engine.step()
+            return self._guarded_step()
+        if self._step_pool is None:
+            self._step_pool = ThreadPoolExecutor(1, thread_name_prefix="augserve-engine")
         self._stepping = True
-        fut = self._inflight = asyncio.ensure_future(asyncio.to_thread(self.engine.step))
+        loop = asyncio.get_running_loop()
+        fut = self._inflight = asyncio.ensure_future(
+            loop.run_in_executor(self._step_pool, self._guarded_step)
+        )
         fut.add_done_callback(self._step_done)
         return await asyncio.shield(fut)
+
+    def _guarded_step(self) -> EngineStep:
+        """`engine.step()`, where a forward that raises fails only its batch."""
+        try:
+            step = self.engine.step()
+        except BatchFailed as failed:
+            self._fail_batch(failed)
+            return failed.step
+        if step.num_tokens and step.outputs:
+            self.failures_in_a_row = 0
+        return step
+
+    def _fail_batch(self, failed: BatchFailed) -> None:
+        """Its requests' streams raise `RequestFailed` at their final output."""
+        rids = failed.request_ids
+        cause = failed.__cause__ if isinstance(failed.__cause__, Exception) else failed
+        self._count_failure(str(failed), len(rids), cause)
+        msg = f"the forward failed ({failed}); its batch of {len(rids)} request(s) was aborted"
+        for rid in rids:
+            self._failed[rid] = msg
+
+    def _count_failure(self, why: str, num_requests: int, exc: Exception) -> None:
+        self.failed_steps += 1
+        self.failures_in_a_row += 1
+        self.last_failure = why
+        log.error(
+            "engine step failed (%s); %d request(s) finished with 'error', %d failure(s) in a row",
+            why,
+            num_requests,
+            self.failures_in_a_row,
+            exc_info=exc,
+        )
+
+    def _fail_everything(self, exc: Exception) -> None:
+        """The step failed outside the forward (scheduling, bookkeeping): the batch is
+        unknown, so every live request ends with reason "error"."""
+        why = f"{type(exc).__name__}: {exc}"
+        live = [rid for rid in self._streams if self.engine.get_request(rid) is not None]
+        self._count_failure(why, len(live), exc)
+        for rid in live:
+            self._failed[rid] = f"the engine step failed ({why}); the request was aborted"
+            try:
+                self.engine.abort(rid, error=True)
+            except Exception:  # the scheduler itself is broken: tell the stream directly
+                self._streams[rid].put_nowait(RequestFailed(self._failed[rid]))
 
     def _step_done(self, _: object) -> None:
         self._stepping = False
 
     def _ensure_started(self) -> None:
-        if self._error is not None:
-            raise RuntimeError("engine loop failed") from self._error
         if self._loop_task is None or self._loop_task.done():
             self._wake = asyncio.Event()
             self._loop_task = asyncio.get_running_loop().create_task(self._run())
@@ -192,31 +275,31 @@ class AsyncLLMEngine:
 
     async def _run(self) -> None:
         assert self._wake is not None
-        try:
-            while True:
-                self._apply_pending()
-                self._apply_returns()
-                engine = self.engine
-                if engine.has_unfinished():
-                    step: EngineStep | None = await self._step()
-                elif engine.has_pending_outputs():
-                    step = engine.flush()  # e.g. the last live request was just aborted
-                else:
-                    step = None
-                if step is not None:
-                    self._dispatch(step)
-                if step is None or step.idle:
-                    if not (self._returns or self._adds or self._aborts):  # sleep until news
-                        self._wake.clear()
-                        await self._wake.wait()
-                else:
-                    await asyncio.sleep(0)  # let call tasks and clients run
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # a forward failed: every stream learns it
-            self._error = exc
-            for queue in self._streams.values():
-                queue.put_nowait(exc)
+        while True:
+            try:
+                step = await self._iteration()
+            except Exception as exc:  # not the forward (that fails its batch): a bug
+                self._fail_everything(exc)
+                await asyncio.sleep(0.05)  # never spin on a broken engine
+                continue
+            if step is not None:
+                self._dispatch(step)
+            if step is None or step.idle:
+                if not (self._returns or self._adds or self._aborts):  # sleep until news
+                    self._wake.clear()
+                    await self._wake.wait()
+            else:
+                await asyncio.sleep(0)  # let call tasks and clients run
+
+    async def _iteration(self) -> EngineStep | None:
+        self._apply_pending()
+        self._apply_returns()
+        engine = self.engine
+        if engine.has_unfinished():
+            return await self._step()
+        if engine.has_pending_outputs():
+            return engine.flush()  # e.g. the last live request was just aborted
+        return None
 
     def _apply_returns(self) -> None:
         returns, self._returns = self._returns, []

@@ -13,7 +13,9 @@ One `step()` is three phases, which a virtual-clock driver may call apart:
    scheduler's `SchedulerUpdate` (the driver runs the calls and calls
    `resume`).
 
-The engine never waits on a call and reads only the clock it was given.
+The engine never waits on a call and reads only the clock it was given. A forward
+that raises aborts only its batch: its requests finish with reason "error", the
+iteration is committed, and `step()` raises `BatchFailed` with its outputs.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
 from augserve.core.prediction import Prediction, Predictor
-from augserve.core.request import Request, Segment
+from augserve.core.request import FinishReason, Request, Segment
 from augserve.engine.events import decide
 from augserve.engine.grammar import GrammarMasker
 from augserve.engine.latency_default import default_latency
@@ -73,6 +75,17 @@ class EngineStep:
         """Nothing computed, moved or reported: waiting on calls or arrivals."""
         busy = self.scheduled is not None and not self.scheduled.is_empty
         return not busy and not self.outputs
+
+
+class BatchFailed(RuntimeError):
+    """The forward of a step raised (`__cause__`): the requests of its batch
+    (`request_ids`) finished with reason "error" and their KV was freed; `step` holds
+    the iteration's outputs (theirs included). The engine can step on."""
+
+    def __init__(self, exc: Exception, request_ids: list[str], step: EngineStep) -> None:
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.request_ids = request_ids
+        self.step = step
 
 
 class LLMEngine:
@@ -208,12 +221,14 @@ class LLMEngine:
                 f"max_model_len {self.max_model_len}"
             )
 
-    def abort(self, request_id: str, now: float | None = None) -> bool:
-        """Abort a live request; False if it is unknown or already finished."""
+    def abort(self, request_id: str, now: float | None = None, error: bool = False) -> bool:
+        """Abort a live request; False if it is unknown or already finished. `error`:
+        finish it with reason "error" (the forward of its batch failed)."""
         if request_id not in self._states:
             return False
         now = self.clock() if now is None else now
-        self._absorb(self.scheduler.abort(request_id, now), self._early)
+        reason = FinishReason.ERROR if error else FinishReason.ABORT
+        self._absorb(self.scheduler.abort(request_id, now, reason), self._early)
         return True
 
     def resume(
@@ -277,9 +292,17 @@ class LLMEngine:
 
     # --- one iteration ------------------------------------------------------------------
     def step(self, now: float | None = None) -> EngineStep:
-        """One iteration on the engine's clock (`now`, if given, is its start and end)."""
+        """One iteration on the engine's clock (`now`, if given, is its start and end).
+        A forward that raises fails its batch only: `BatchFailed` (module doc)."""
         out = self.schedule(self.clock() if now is None else now)
-        results = self.execute(out)
+        try:
+            results = self.execute(out)
+        except Exception as exc:
+            rids = list(dict.fromkeys(c.request_id for c in out.chunks))
+            for rid in rids:
+                self.abort(rid, error=True)
+            step = self.commit(out, {}, self.clock() if now is None else now)
+            raise BatchFailed(exc, rids, step) from exc
         return self.commit(out, results, self.clock() if now is None else now)
 
     def schedule(self, now: float) -> SchedulerOutput:

@@ -213,14 +213,17 @@ class Scheduler(SchedulerState):
         self._update.resumed.append(request_id)
         return self._take_update()
 
-    def abort(self, request_id: str, now: float) -> SchedulerUpdate:
-        """Finish a live request as aborted (an unknown id changes nothing)."""
+    def abort(
+        self, request_id: str, now: float, reason: FinishReason = FinishReason.ABORT
+    ) -> SchedulerUpdate:
+        """Finish a live request as aborted (an unknown id changes nothing); `reason`
+        ERROR: the executor failed on it (a forward that raised)."""
         req = self._runnable.get(request_id) or self._paused.get(request_id)
         if req is not None:
             if req.in_call:
                 req.calls[-1].end = now
                 self._aborted_in_call.add(request_id)
-            self._finish(req, FinishReason.ABORT, now)
+            self._finish(req, reason, now)
         return self._take_update()
 
 

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 
 from augserve.server import chat, completions, endpoints, responses
 from augserve.server.errors import install_error_handlers
+from augserve.server.health import health as health_status
 from augserve.server.metrics import CONTENT_TYPE
 from augserve.server.middleware import APIKeyMiddleware, BodyLimitMiddleware
 from augserve.server.protocol import ChatCompletionRequest, CompletionRequest
@@ -38,6 +39,8 @@ async def drain(state: ServerState, grace: float) -> None:
     connections close."""
     state.draining = True
     deadline = time.monotonic() + grace
+    if state.live:
+        log.info("shutdown: draining %d running request(s)", len(state.live))
     while state.live and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     if not state.live:
@@ -98,18 +101,21 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        if state.failure is not None:
-            return JSONResponse({"status": f"engine failed: {state.failure}"}, status_code=503)
-        if state.draining:
-            return JSONResponse({"status": "shutting down"}, status_code=503)
-        return JSONResponse({"status": "ok"})
+        status, body = health_status(state)
+        return JSONResponse(body, status_code=status)
 
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
     app.include_router(endpoints.make_router(state, ERRORS))
-    app.add_middleware(BodyLimitMiddleware, max_bytes=state.limits.max_body_bytes)
+    limits = state.limits
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=limits.max_body_bytes,
+        read_timeout=limits.read_timeout,
+        write_timeout=limits.write_timeout,
+    )
     if api_key:
         app.add_middleware(APIKeyMiddleware, api_key=api_key)
     return app

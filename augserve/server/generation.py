@@ -147,10 +147,8 @@ async def run_choice(
                     if out.tool_calls:
                         state.metrics.client_tool_calls.inc(len(out.tool_calls))
                 yield out
-    except Exception as exc:
-        reason = "error"
-        if isinstance(exc, RuntimeError):  # the engine loop died: /health says so
-            state.failure = str(exc) or type(exc).__name__
+    except Exception:
+        reason = "error"  # e.g. RequestFailed: the forward of its batch failed
         raise
     finally:
         if not finished:  # left early (the engine aborted it) or failed

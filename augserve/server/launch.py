@@ -1,18 +1,27 @@
 """Building a server from its settings, and running it on uvicorn.
 
 `build_state` loads the engine, the chat template, the tool parser, the tools file
-and the metrics. `serve_forever` runs uvicorn in the foreground: SIGINT/SIGTERM stop
-accepting connections, give running requests `shutdown_grace` seconds, abort the
-rest (their clients get finish_reason "abort"), stop the engine and free the port.
+and the metrics. `serve_forever` runs uvicorn in the foreground. The first SIGINT or
+SIGTERM starts the drain: /health answers 503 at once and new requests get 503, while
+the listener stays open; running requests get `shutdown_grace` seconds, the rest are
+aborted (their clients get finish_reason "abort"); then the listener closes, the
+engine stops, the MCP servers and tool workers close, and the process exits 0. A
+second signal exits at once (status 128 + the signal). Slow clients: a request head
+must arrive within `read_timeout` seconds, each body part too; a keep-alive
+connection idle for `idle_timeout` seconds is closed.
 `BackgroundServer` runs the same server in a thread (tests, notebooks).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +32,10 @@ from augserve.core.metrics import SLOConfig
 from augserve.engine.chat import CHATML_TEMPLATE, ChatTemplate
 from augserve.engine.tool_parsers import TOOL_PARSERS, detect_tool_parser
 from augserve.server.app import create_app, drain
+from augserve.server.health import HealthCollector
 from augserve.server.metrics import ServerMetrics
 from augserve.server.predictions import apply_tool_priors
+from augserve.server.middleware import timed_protocol
 from augserve.server.state import ServerLimits, ServerState
 from augserve.server.tool_config import ToolsConfig
 from augserve.server.tool_registry import ToolRegistry
@@ -73,7 +84,7 @@ def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> Serv
     metrics = ServerMetrics(
         aengine.stats, opts.slo, engine.predictor, getattr(engine, "latency_source", "default")
     )
-    return ServerState(
+    state = ServerState(
         aengine,
         template,
         parser,
@@ -83,23 +94,50 @@ def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> Serv
         opts.limits,
         allow_scripted=opts.allow_scripted_tools,
     )
+    metrics.registry.register(HealthCollector(state))
+    return state
 
 
 class GracefulServer(uvicorn.Server):
-    """uvicorn, with the engine drained before connections are closed."""
+    """uvicorn, with the engine drained before the listener closes, and our own signal
+    handling (the module doc): uvicorn re-raises the signal after a clean shutdown
+    (exit status 143 for SIGTERM) and ignores a second SIGTERM."""
 
     def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
         super().__init__(config)
         self.state = state
+        self.signals = 0
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        sigs = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in sigs}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.signals += 1
+        name = signal.Signals(sig).name
+        if self.signals > 1:
+            log.warning("%s again: exiting now", name)
+            self.state.registry.kill_workers()
+            os._exit(128 + sig)
+        log.info("%s: draining, then exiting (send it again to exit at once)", name)
+        self.state.draining = True  # /health says 503 from now on
+        self.should_exit = True
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        for server in self.servers:  # stop accepting first
-            server.close()
-        await drain(self.state, self.state.limits.shutdown_grace)
+        await drain(self.state, self.state.limits.shutdown_grace)  # the listener is open
         await super().shutdown(sockets)
 
 
-def _config(app: Any, host: str, port: int, log_level: str) -> uvicorn.Config:
+def _config(app: Any, host: str, port: int, log_level: str, state: ServerState) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         host=host,
@@ -107,6 +145,8 @@ def _config(app: Any, host: str, port: int, log_level: str) -> uvicorn.Config:
         log_level=log_level,
         lifespan="on",
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=state.limits.idle_timeout,  # type: ignore[arg-type]
+        http=timed_protocol(state.limits.read_timeout),
         access_log=False,
     )
 
@@ -114,7 +154,8 @@ def _config(app: Any, host: str, port: int, log_level: str) -> uvicorn.Config:
 def serve_forever(
     state: ServerState, host: str, port: int, api_key: str | None, log_level: str = "info"
 ) -> int:
-    server = GracefulServer(_config(create_app(state, api_key), host, port, log_level), state)
+    app = create_app(state, api_key)
+    server = GracefulServer(_config(app, host, port, log_level, state), state)
     server.run()
     return 0 if server.started else 1
 
@@ -132,7 +173,7 @@ class BackgroundServer:
     ) -> None:
         self.state = state
         app = create_app(state, api_key)
-        self.server = GracefulServer(_config(app, host, port, log_level), state)
+        self.server = GracefulServer(_config(app, host, port, log_level, state), state)
         self.thread = threading.Thread(target=self.server.run, name="augserve-server", daemon=True)
         self.host = host
 

@@ -1,22 +1,37 @@
-"""MCP servers as tool sources, through the official `mcp` package.
+"""MCP servers as tool sources, through the official `mcp` package, supervised.
 
-At start-up each configured server is connected (a stdio subprocess or a
-streamable HTTP URL), its tools are found with `list_tools`, and each becomes a
-server-side tool whose runner calls `call_tool`. The connection lives in the
-caller's `AsyncExitStack` (the app's lifespan), so it is entered and left in the
-same task, as anyio requires.
+Each configured server (a stdio subprocess or a streamable HTTP URL) gets one
+`McpServer`: a task that connects, lists the tools (each becomes a server-side
+tool whose runner calls `call_tool`), then watches the connection. A call that
+finds the connection closed, or a failed probe (`list_tools` every
+`probe_interval` seconds), marks it down; the task reconnects with exponential
+backoff (0.5 s doubling to 30 s) and refreshes the tool list. While a server is
+down its tools answer the model at once with an error naming the server.
+
+The connection is entered and left inside the supervising task, as anyio
+requires. The first connection happens in `start()`: a server that cannot be
+reached at start-up is a configuration error and stops the server.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from contextlib import AsyncExitStack
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from augserve.server.mcp_stdio import StderrTail, failure_message, stdio_transport
 from augserve.server.tool_config import McpServerSpec
 from augserve.server.tool_runners import Runner, ToolFailed
+
+log = logging.getLogger("augserve.server")
+
+BACKOFF_MIN = 0.5  # seconds before the first reconnect; doubled after each failed one
+BACKOFF_MAX = 30.0
+PROBE_INTERVAL = 10.0  # seconds between liveness probes of an idle connection
 
 
 @dataclass(frozen=True)
@@ -50,51 +65,183 @@ def _client(spec: McpServerSpec, errlog: Any = None) -> Any:
     from mcp import Client
 
     if spec.url is not None:
-        return Client(spec.url, read_timeout_seconds=spec.limits.timeout)
-    return Client(stdio_transport(spec, errlog), read_timeout_seconds=spec.limits.timeout)
+        return Client(spec.url, read_timeout_seconds=spec.limits.timeout, cache=None)
+    transport = stdio_transport(spec, errlog)
+    return Client(transport, read_timeout_seconds=spec.limits.timeout, cache=None)
 
 
-def _runner(client: Any, remote: str) -> Runner:
-    async def run(arguments: dict[str, Any]) -> Any:
-        result = await client.call_tool(remote, arguments)
+def _closed(exc: BaseException) -> bool:
+    """Whether an error from `call_tool` means the connection is gone (else it is the
+    tool's or the request's own error)."""
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import CONNECTION_CLOSED
+
+    return not isinstance(exc, MCPError) or exc.code == CONNECTION_CLOSED
+
+
+class McpServer:
+    """One supervised MCP server. `state`: connecting, up, down or closed.
+    `on_tools(server, tools)` is called with the tool list at every (re)connection."""
+
+    def __init__(
+        self,
+        spec: McpServerSpec,
+        on_tools: Callable[[McpServer, list[McpTool]], None],
+        probe_interval: float = PROBE_INTERVAL,
+    ) -> None:
+        self.spec = spec
+        self.on_tools = on_tools
+        self.probe_interval = probe_interval
+        self.state = "connecting"
+        self.connects = 0  # successful connections (1 + reconnections)
+        self.last_error: str | None = None
+        self._client: Any = None
+        self._broken = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._first: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def where(self) -> str:
+        return self.spec.url or " ".join([self.spec.command or "", *self.spec.args])
+
+    async def start(self) -> None:
+        """Connect once (ValueError if that fails), then supervise in a task."""
+        self._first = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._supervise(), name=f"mcp-{self.name}")
+        try:
+            await self._first
+        except ValueError as exc:
+            await self._task
+            raise ValueError(str(exc)) from None
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+        self.state = "closed"
+
+    # --- calls -----------------------------------------------------------------------------
+    def runner(self, remote: str) -> Runner:
+        async def run(arguments: dict[str, Any]) -> Any:
+            return await self.call(remote, arguments)
+
+        return run
+
+    async def call(self, remote: str, arguments: dict[str, Any]) -> str:
+        client = self._client
+        if client is None or self.state != "up":
+            why = f" ({self.last_error})" if self.last_error else ""
+            raise ToolFailed(f"the MCP server {self.name!r} is down{why}; it is reconnecting")
+        try:
+            result = await client.call_tool(remote, arguments)
+        except Exception as exc:
+            if not _closed(exc):
+                raise ToolFailed(str(exc)) from None
+            self._mark_down(f"{type(exc).__name__}: {exc}")
+            raise ToolFailed(
+                f"the MCP server {self.name!r} went away ({exc}); reconnecting"
+            ) from None
         text = _content_text(result)
         if getattr(result, "is_error", False):
             raise ToolFailed(text or "the MCP tool reported an error")
         return text
 
-    return run
+    def _mark_down(self, why: str) -> None:
+        if self.state == "up":
+            self.state = "down"
+            self.last_error = why
+        self._broken.set()
 
-
-async def connect_mcp(spec: McpServerSpec, stack: AsyncExitStack) -> list[McpTool]:
-    """Connect one MCP server (kept open in `stack`) and return its tools."""
-    stderr = StderrTail(spec.name) if spec.url is None else None
-    try:
-        client = await stack.enter_async_context(_client(spec, stderr and stderr.file))
-        if stderr is not None:
-            stderr.spawned()
-        listed = await client.list_tools()
-        if stderr is not None:
-            stderr.connected()
-    except Exception as exc:
-        tail = stderr.tail() if stderr is not None else []
-        raise ValueError(failure_message(spec, exc, tail)) from None
-    tools = []
-    for tool in listed.tools:
-        if spec.tools is not None and tool.name not in spec.tools:
-            continue
-        schema = tool.input_schema
-        if not isinstance(schema, dict):
-            schema = schema.model_dump(by_alias=True, exclude_none=True)
-        tools.append(
-            McpTool(
-                spec.prefix + tool.name,
-                tool.name,
-                tool.description or "",
-                dict(schema) if schema else {"type": "object"},
-                _runner(client, tool.name),
+    # --- supervision -----------------------------------------------------------------------
+    async def _supervise(self) -> None:
+        delay = BACKOFF_MIN
+        while not self._stop.is_set():
+            stderr = StderrTail(self.name) if self.spec.url is None else None
+            try:
+                async with _client(self.spec, stderr and stderr.file) as client:
+                    if stderr is not None:
+                        stderr.spawned()
+                    tools = await self._tools(client)
+                    if stderr is not None:
+                        stderr.connected()
+                    self._client, self.state, self.last_error = client, "up", None
+                    self.connects += 1
+                    delay = BACKOFF_MIN
+                    self._broken.clear()
+                    self.on_tools(self, tools)
+                    if self.connects > 1:
+                        log.info("MCP server %r reconnected (%d tools)", self.name, len(tools))
+                    if self._first is not None and not self._first.done():
+                        self._first.set_result(None)
+                    await self._watch(client)
+            except Exception as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                if self._first is not None and not self._first.done():
+                    tail = stderr.tail() if stderr is not None else []
+                    self._first.set_exception(ValueError(failure_message(self.spec, exc, tail)))
+                    return
+            finally:
+                self._client = None
+                if stderr is not None:
+                    stderr.spawned()  # our end of the pipe closes: it ends with the child
+            if self._stop.is_set():
+                return
+            self.state = "down"
+            log.warning(
+                "MCP server %r is down (%s); reconnecting in %.1f s",
+                self.name,
+                self.last_error,
+                delay,
             )
-        )
-    missing = set(spec.tools or ()) - {t.remote_name for t in tools}
-    if missing:
-        raise ValueError(f"MCP server {spec.name!r} has no tools {sorted(missing)}")
-    return tools
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+            delay = min(2 * delay, BACKOFF_MAX)
+
+    async def _watch(self, client: Any) -> None:
+        """Until the connection breaks (a call saw it, or a probe failed) or `close()`."""
+        while True:
+            stop = asyncio.ensure_future(self._stop.wait())
+            broken = asyncio.ensure_future(self._broken.wait())
+            await asyncio.wait(
+                {stop, broken}, timeout=self.probe_interval, return_when=asyncio.FIRST_COMPLETED
+            )
+            for t in (stop, broken):
+                t.cancel()
+            await asyncio.gather(stop, broken, return_exceptions=True)
+            if self._stop.is_set() or self._broken.is_set():
+                return
+            try:
+                async with asyncio.timeout(self.spec.limits.timeout):
+                    self.on_tools(self, await self._tools(client))
+            except Exception as exc:
+                self._mark_down(f"probe failed: {type(exc).__name__}: {exc}")
+                return
+
+    async def _tools(self, client: Any) -> list[McpTool]:
+        spec = self.spec
+        listed = await client.list_tools()
+        tools = []
+        for tool in listed.tools:
+            if spec.tools is not None and tool.name not in spec.tools:
+                continue
+            schema = tool.input_schema
+            if not isinstance(schema, dict):
+                schema = schema.model_dump(by_alias=True, exclude_none=True)
+            tools.append(
+                McpTool(
+                    spec.prefix + tool.name,
+                    tool.name,
+                    tool.description or "",
+                    dict(schema) if schema else {"type": "object"},
+                    self.runner(tool.name),
+                )
+            )
+        missing = set(spec.tools or ()) - {t.remote_name for t in tools}
+        if missing:
+            raise ValueError(f"MCP server {spec.name!r} has no tools {sorted(missing)}")
+        return tools

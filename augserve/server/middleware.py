@@ -1,13 +1,21 @@
-"""ASGI middleware: the API key (Bearer) on /v1, and the request-body size limit."""
+"""ASGI middleware: the API key (Bearer) on /v1, the request-body size limit and the
+body read and response write timeouts; `TimedH11Protocol`, a read timeout on the
+request head (uvicorn has none), for clients too slow to be served."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
 from augserve.server.errors import error_body
+
+log = logging.getLogger("augserve.server")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -60,11 +68,21 @@ class APIKeyMiddleware:
 
 class BodyLimitMiddleware:
     """Bodies over `max_bytes` get 413, by Content-Length or by counting a streamed
-    body (which is read here in full, then handed on)."""
+    body (which is read here in full, then handed on); a body whose next part takes
+    more than `read_timeout` seconds gets 408. Sending a response part that waits more
+    than `write_timeout` seconds (a client that stopped reading) ends the request."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        read_timeout: float = 30.0,
+        write_timeout: float = 60.0,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.read_timeout = read_timeout
+        self.write_timeout = write_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -75,7 +93,13 @@ class BodyLimitMiddleware:
         chunks: list[bytes] = []
         size, more = 0, True
         while more:
-            msg = await receive()
+            try:
+                async with asyncio.timeout(self.read_timeout):
+                    msg = await receive()
+            except TimeoutError:
+                return await send_error(
+                    send, 408, f"the request body took over {self.read_timeout:g} s to arrive"
+                )
             if msg["type"] != "http.request":  # the client left
                 return None
             chunks.append(msg.get("body", b""))
@@ -84,15 +108,91 @@ class BodyLimitMiddleware:
                 return await self._too_large(send)
             more = bool(msg.get("more_body", False))
         replayed = False
+        gone = asyncio.Event()  # the client stopped reading: it is treated as gone
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
                 return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
+            return await _unless(gone, receive)
 
-        return await self.app(scope, replay, send)
+        async def timed_send(message: Message) -> None:
+            if gone.is_set():
+                return
+            try:
+                async with asyncio.timeout(self.write_timeout):
+                    await send(message)
+            except TimeoutError:
+                log.info("a client read nothing for %g s; its request is ended", self.write_timeout)
+                gone.set()
+
+        return await self.app(scope, replay, timed_send)
 
     async def _too_large(self, send: Send) -> None:
         await send_error(send, 413, f"the request body is larger than {self.max_bytes} bytes")
+
+
+async def _unless(gone: asyncio.Event, receive: Receive) -> Message:
+    """The next message, or a disconnect once `gone` is set."""
+    if gone.is_set():
+        return {"type": "http.disconnect"}
+    recv = asyncio.ensure_future(receive())
+    wait = asyncio.ensure_future(gone.wait())
+    done, _ = await asyncio.wait({recv, wait}, return_when=asyncio.FIRST_COMPLETED)
+    for t in (recv, wait):
+        t.cancel()
+    await asyncio.gather(recv, wait, return_exceptions=True)  # never left pending
+    if recv in done and not recv.cancelled():
+        return recv.result()
+    return {"type": "http.disconnect"}
+
+
+class TimedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a read timeout on the request head: a connection
+    that has not sent a whole request head `read_timeout` seconds after it opened
+    (or after data of its next request began) gets 408 and is closed. uvicorn's
+    `timeout_keep_alive` closes connections idle between requests."""
+
+    read_timeout = 30.0  # set by `timed_protocol`
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._start_head_timer()
+
+    def _start_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.read_timeout, self._head_timed_out)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.cycle is None or self.cycle.response_complete:  # a request head is due
+            self._start_head_timer()
+        super().data_received(data)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._stop_head_timer()  # the head arrived (the body has its own timeout)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._stop_head_timer()  # idle now: the keep-alive timeout applies
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            )
+            self.transport.close()
+
+
+def timed_protocol(read_timeout: float) -> type[TimedH11Protocol]:
+    return type("TimedH11Protocol", (TimedH11Protocol,), {"read_timeout": read_timeout})

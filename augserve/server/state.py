@@ -26,8 +26,14 @@ class ServerLimits:
     max_tokens: int | None = None  # cap on a request's max_tokens (None: the context)
     max_n: int = 16
     shutdown_grace: float = 10.0  # seconds running requests get to finish on shutdown
+    read_timeout: float = 30.0  # seconds for a request head, and for each part of a body
+    write_timeout: float = 60.0  # seconds a response part may wait on a client not reading
+    idle_timeout: float = 5.0  # seconds a keep-alive connection may idle between requests
 
     def __post_init__(self) -> None:
+        for name in ("read_timeout", "write_timeout", "idle_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes must be >= 1024, got {self.max_body_bytes}")
         if self.max_tokens is not None and self.max_tokens < 1:
@@ -49,7 +55,6 @@ class ServerState:
     limits: ServerLimits = field(default_factory=ServerLimits)
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False
-    failure: str | None = None  # set when the engine loop has failed
     allow_scripted: bool = False  # accept `augserve_segments` plans (benchmarks)
     # request id in the engine -> a function that ends its choice at once (shutdown)
     live: dict[str, Callable[[], None]] = field(default_factory=dict)

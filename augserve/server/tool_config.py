@@ -9,6 +9,9 @@ tools:
     python: my_tools:get_weather           # module:function (sync or async)
     timeout: 5
     expected_duration: 0.3                 # seconds: the call-time predictor's prior
+  - name: run_sql
+    python: my_tools:run_sql
+    isolate: true                          # in a worker process, killed at its timeout
   - name: search
     http: {url: "https://api.example.com/search", method: GET}
     parameters: {type: object, properties: {q: {type: string}}, required: [q]}
@@ -109,6 +112,7 @@ class ToolSpec:
     parameters: dict[str, Any] | None = None  # JSON schema; None: from the signature
     python: str | None = None  # "module:function"
     http: HttpTarget | None = None
+    isolate: bool = False  # a python tool run in a worker process killed at its timeout
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,11 @@ def _tool(d: Any, defaults: Limits, allowed: tuple[str, ...], i: int) -> ToolSpe
     python = d.get("python")
     if python is not None and (not isinstance(python, str) or ":" not in python):
         raise ValueError(f"{where}.python must be 'module:function', got {python!r}")
+    isolate = d.get("isolate", False)
+    if not isinstance(isolate, bool):
+        raise ValueError(f"{where}.isolate must be true or false, got {isolate!r}")
+    if isolate and python is None:
+        raise ValueError(f"{where}.isolate applies to python tools only")
     http = _http_target(d["http"], allowed, where) if "http" in d else None
     if http is not None and params is None:
         params = {"type": "object"}
@@ -178,6 +187,7 @@ def _tool(d: Any, defaults: Limits, allowed: tuple[str, ...], i: int) -> ToolSpe
         dict(params) if params is not None else None,
         python,
         http,
+        isolate,
     )
 
 

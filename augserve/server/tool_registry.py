@@ -2,6 +2,11 @@
 which validates the arguments against the tool's JSON schema, applies the tool's
 concurrency limit and timeout, and never raises: a tool that fails, hangs or
 returns garbage becomes an error result the model reads (`ToolOutcome.error`).
+
+Sync Python tools run on their own thread pools (`ToolThreads`, one per tool, sized
+by its `max_concurrency`), isolated ones in worker processes (`ProcessWorkers`);
+MCP servers are supervised (`McpServer`: reconnected with backoff, their tool
+lists refreshed on every reconnection).
 """
 
 from __future__ import annotations
@@ -10,24 +15,25 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from augserve.engine.tool_parsers import InvalidCall
 from augserve.engine.tools import ParsedCall
-from augserve.server.mcp_tools import connect_mcp
+from augserve.server.mcp_tools import McpServer, McpTool
 from augserve.server.tool_config import Limits, ToolsConfig, ToolSpec
 from augserve.server.tool_runners import (
     BadResult,
     Runner,
     ToolFailed,
     http_runner,
+    isolated_runner,
     load_callable,
     python_runner,
     result_text,
     schema_from_signature,
 )
+from augserve.server.tool_workers import ProcessWorkers, ToolThreads
 
 log = logging.getLogger("augserve.server")
 
@@ -56,6 +62,7 @@ class RegisteredTool:
     runner: Runner
     limits: Limits
     source: str  # python | http | mcp
+    server: str | None = None  # the MCP server it comes from
     validator: Any = None
     semaphore: asyncio.Semaphore = field(init=False)
 
@@ -103,27 +110,69 @@ class ToolRegistry:
         self.config = config or ToolsConfig()
         self.tools: dict[str, RegisteredTool] = {}
         self.observers: list[Callable[[ToolOutcome], None]] = []
-        self._stack = AsyncExitStack()
+        self.mcp_servers: dict[str, McpServer] = {}
+        self.threads: dict[str, ToolThreads] = {}  # sync python tools' pools
+        self.workers: dict[str, ProcessWorkers] = {}  # isolated tools' processes
         self._http: Any = None
         for spec in self.config.tools:  # import errors and bad schemas surface here
             self._add(self._local(spec))
 
     # --- life ---------------------------------------------------------------------------
     async def start(self) -> None:
-        """Connect the MCP servers (local tools were loaded by the constructor)."""
+        """Connect the MCP servers (local tools were loaded by the constructor) and start
+        one worker process per isolated tool."""
         for mspec in self.config.mcp_servers:
-            for t in await connect_mcp(mspec, self._stack):
-                self._add(
-                    RegisteredTool(
-                        t.name, t.description, t.parameters, t.runner, mspec.limits, "mcp"
-                    )
-                )
+            server = McpServer(mspec, self._mcp_tools)
+            self.mcp_servers[mspec.name] = server
+            await server.start()
+        for workers in self.workers.values():
+            await workers.warm()
 
     async def close(self) -> None:
-        await self._stack.aclose()
+        for server in self.mcp_servers.values():
+            await server.close()
+        for workers in self.workers.values():
+            await workers.close()
+        for threads in self.threads.values():
+            threads.shutdown(wait=False)
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+    def kill_workers(self) -> None:
+        """Kill the isolated tools' worker processes at once (a forced exit)."""
+        for workers in self.workers.values():
+            workers.kill_now()
+
+    def server_states(self) -> dict[str, str]:
+        """Each MCP server's state: connecting, up, down or closed."""
+        return {name: s.state for name, s in self.mcp_servers.items()}
+
+    def _mcp_tools(self, server: McpServer, tools: list[McpTool]) -> None:
+        """A (re)connected server's tool list replaces the one it had."""
+        old = {n for n, t in self.tools.items() if t.server == server.name}
+        for t in tools:
+            have = self.tools.get(t.name)
+            if have is not None and have.server != server.name:
+                log.warning(
+                    "MCP server %r: tool %r clashes with another; skipped", server.name, t.name
+                )
+                continue
+            old.discard(t.name)
+            if have is not None and have.parameters == t.parameters:
+                have.description, have.runner = t.description, t.runner
+                continue
+            self.tools[t.name] = RegisteredTool(
+                t.name,
+                t.description,
+                t.parameters,
+                t.runner,
+                server.spec.limits,
+                "mcp",
+                server.name,
+            )
+        for name in old:  # gone from the server's list
+            del self.tools[name]
 
     def _add(self, tool: RegisteredTool) -> None:
         if tool.name in self.tools:
@@ -135,7 +184,17 @@ class ToolRegistry:
             fn = load_callable(spec.python, self.config.module_path())
             params = spec.parameters or schema_from_signature(fn)
             desc = spec.description or (fn.__doc__ or "").strip().split("\n\n")[0]
-            return RegisteredTool(spec.name, desc, params, python_runner(fn), spec.limits, "python")
+            if spec.isolate:
+                workers = self.workers[spec.name] = ProcessWorkers(
+                    spec.python, spec.limits.max_concurrency
+                )
+                runner = isolated_runner(workers)
+            else:
+                threads = self.threads[spec.name] = ToolThreads(
+                    spec.limits.max_concurrency, f"tool-{spec.name}"
+                )
+                runner = python_runner(fn, threads)
+            return RegisteredTool(spec.name, desc, params, runner, spec.limits, "python")
         assert spec.http is not None
         if self._http is None:
             import httpx

@@ -7,16 +7,18 @@ the text the model reads, or raises `BadResult` for garbage.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import json
-import sys
 import typing
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from augserve.server.tool_config import HttpTarget
+from augserve.server.tool_workers import ProcessWorkers, WorkerError, load_callable
+
+__all__ = ["load_callable"]  # it lives with the worker processes, which need it too
 
 Runner = Callable[[dict[str, Any]], Awaitable[Any]]
 
@@ -52,26 +54,6 @@ def result_text(value: Any, limit: int) -> str:
 
 
 # --- Python callables ------------------------------------------------------------------
-def load_callable(target: str, search: Sequence[str] = ()) -> Callable[..., Any]:
-    """`module:function` (the attribute may be dotted: `module:Class.method`); the
-    module is looked for on sys.path, then in the folders `search` (appended to it)."""
-    module_name, _, attr = target.partition(":")
-    for folder in search:
-        if folder not in sys.path:
-            sys.path.append(folder)
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"python tool {target!r}: cannot import {module_name!r} ({exc})") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"python tool {target!r}: {module_name!r} has no {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"python tool {target!r} is not callable")
-    return typing.cast(Callable[..., Any], obj)
-
-
 _JSON_TYPES: dict[Any, str] = {
     str: "string",
     int: "integer",
@@ -114,16 +96,30 @@ def schema_from_signature(fn: Callable[..., Any]) -> dict[str, Any]:
     return schema
 
 
-def python_runner(fn: Callable[..., Any]) -> Runner:
-    """Async functions are awaited; others run in a worker thread (never on the loop)."""
+def python_runner(fn: Callable[..., Any], threads: Executor) -> Runner:
+    """Async functions are awaited; others run on `threads` (the tool's own pool: never
+    on the loop, never on the engine's thread). A call cancelled at its timeout returns
+    at once; its thread is the tool's to lose."""
 
     async def run(arguments: dict[str, Any]) -> Any:
         if inspect.iscoroutinefunction(fn):
             return await fn(**arguments)
-        result = await asyncio.to_thread(fn, **arguments)
+        result = await asyncio.wrap_future(threads.submit(fn, **arguments))
         if inspect.isawaitable(result):
             result = await result
         return result
+
+    return run
+
+
+def isolated_runner(workers: ProcessWorkers) -> Runner:
+    """Each call in a worker process, killed if the call times out (`isolate: true`)."""
+
+    async def run(arguments: dict[str, Any]) -> Any:
+        try:
+            return await workers.call(arguments)
+        except WorkerError as exc:
+            raise ToolFailed(f"raised {exc}") from None
 
     return run
 

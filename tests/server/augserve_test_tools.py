@@ -65,3 +65,23 @@ def slow_counted(ms: int = 50) -> int:
     with _lock:
         _active -= 1
     return ms
+
+
+def hang(seconds: float = 3600.0) -> str:
+    """Blocks its thread for an hour (a tool that never returns, as far as a test sees)."""
+    threading.Event().wait(seconds)
+    return "never"
+
+
+def pid() -> int:
+    """The process the tool runs in."""
+    import os
+
+    return os.getpid()
+
+
+def crash() -> None:
+    """Kills the process it runs in (only ever registered with isolate: true)."""
+    import os
+
+    os._exit(7)

@@ -28,6 +28,14 @@ def fail(reason: str) -> str:
     raise ValueError(reason)
 
 
+@app.tool()
+def crash() -> str:
+    """Ends the server process (tests of the supervisor)."""
+    import os
+
+    os._exit(3)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--http"]:
         app.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

@@ -39,7 +39,8 @@ def test_models_and_health(mcp_server: LiveServer, client: OpenAI) -> None:
     assert [m.id for m in client.models.list().data] == [MODEL]
     import httpx
 
-    assert httpx.get(mcp_server.url + "/health").json() == {"status": "ok"}
+    health = httpx.get(mcp_server.url + "/health").json()
+    assert health == {"status": "ok", "tool_servers": {"test": "up"}}
 
 
 def test_plain_chat_and_streaming_agree(mcp_server: LiveServer, client: OpenAI) -> None:

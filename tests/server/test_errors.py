@@ -308,20 +308,39 @@ def test_disconnect_during_a_tool_call(srv: LiveServer, stream: bool) -> None:
 
 
 # --- a failed engine --------------------------------------------------------------------
-def test_failed_forward_gives_500s_and_the_server_stays_up(chat_model_dir: Path) -> None:
+def test_failed_forward_aborts_its_batch_and_the_next_request_succeeds(
+    chat_model_dir: Path,
+) -> None:
+    """A poisoned request makes its forward raise: it gets a 500 (an error event when
+    streaming), its KV is freed, and the next request is served. Only failures in a row
+    turn /health to 503, and a good step turns it back."""
     s = start_server(chat_model_dir, max_model_len=1024)
     try:
         r = httpx.post(s.url + "/v1/chat/completions", json=chat(seed=POISON), timeout=30)
         assert_error(r, 500, "generation failed")
+        assert "the forward failed" in r.json()["error"]["message"]
         with httpx.stream(
-            "POST", s.url + "/v1/chat/completions", timeout=30, json=chat(stream=True)
-        ) as resp:
+            "POST", s.url + "/v1/chat/completions", timeout=30,
+            json=chat(seed=POISON, stream=True),
+        ) as resp:  # fmt: skip
             assert resp.status_code == 200
             lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
         assert lines[-1] == "data: [DONE]"
         assert any('"error"' in line and "generation failed" in line for line in lines)
+        s.wait_idle()  # the failed requests' KV is freed
+        assert httpx.get(s.url + "/health").status_code == 200  # two failures, not three
+        ok = httpx.post(s.url + "/v1/chat/completions", json=chat(max_tokens=5), timeout=30)
+        assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] == "length"
+        for _ in range(3):
+            bad = httpx.post(s.url + "/v1/chat/completions", json=chat(seed=POISON), timeout=30)
+            assert bad.status_code == 500
         health = httpx.get(s.url + "/health")
-        assert health.status_code == 503 and "engine failed" in health.json()["status"]
-        assert httpx.get(s.url + "/v1/models").status_code == 200  # still serving HTTP
+        assert health.status_code == 503 and "3 engine steps failed" in health.json()["status"]
+        assert s.metric("augserve_engine_failed_steps_total") == 5
+        assert s.metric("augserve_requests_finished_total", finish_reason="error") == 5
+        ok = httpx.post(s.url + "/v1/chat/completions", json=chat(max_tokens=5), timeout=30)
+        assert ok.status_code == 200  # still serving, and a good step heals it
+        assert httpx.get(s.url + "/health").json()["status"] == "ok"
+        s.wait_idle()
     finally:
         s.stop()

@@ -1,0 +1,369 @@
+"""A bounded soak test of `augserve serve`: N minutes of mixed traffic with tool calls,
+client disconnects, failing and timing-out tools, and an MCP server killed now and then.
+
+    python benchmarks/soak_server.py --minutes 30            # the full run (quiet machine)
+    python benchmarks/soak_server.py --minutes 1 --window 20 --out docs/soak/soak-smoke.json
+
+The server runs in its own process (a tiny random-weight Llama with a ChatML template,
+the real engine, HTTP stack, tool registry and MCP supervisor). Random weights never
+write tool calls, so the server's sampler follows a script chosen by each request's
+seed (`SoakSampler`): plain text, or a call of a given tool then an answer. The MCP
+server (stdio, this file with `--mcp`) has a `crash` tool that ends its process; the
+supervisor must start it again for the next MCP call. Reports: requests sent and lost
+(no complete answer; must be 0), errors by kind, the server's RSS slope (MiB/hour,
+fitted after the first window), KV blocks back to 0 at the end, and p50/p99 latency
+per window. Writes everything as JSON (`--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+MODEL = "soak"
+EOS = 1
+# scenario -> (weight, the tool the script calls, its arguments); None: plain text
+SCENARIOS: dict[str, tuple[float, str | None, dict[str, Any]]] = {
+    "plain": (0.25, None, {}),
+    "stream": (0.15, None, {}),
+    "disconnect": (0.08, None, {}),
+    "weather": (0.15, "get_weather", {"city": "Oslo"}),
+    "failing": (0.08, "boom", {}),
+    "timeout": (0.05, "slow", {"seconds": 3}),
+    "mcp": (0.20, "mcp_add", {"a": 2, "b": 3}),
+    "mcp_kill": (0.04, "mcp_crash", {}),
+}
+KINDS = list(SCENARIOS)
+
+
+# --- tools the server runs (`soak_server:NAME`) ------------------------------------------
+def get_weather(city: str) -> dict:
+    return {"city": city, "temp": 21}
+
+
+def boom() -> str:
+    raise RuntimeError("this tool always fails")
+
+
+def slow(seconds: float = 3.0) -> str:
+    time.sleep(seconds)
+    return "late"
+
+
+# --- the server process ------------------------------------------------------------------
+class SoakSampler:
+    """Rows whose seed names a tool scenario get its script: the call, then "done", then
+    EOS. Scripts are made at a request's first token and dropped when they run out."""
+
+    def __init__(self, base: Any, tokenizer: Any) -> None:
+        self.base = base
+        self.tokenizer = tokenizer
+        self.scripts: dict[int, deque[int]] = {}
+
+    def script(self, seed: int) -> deque[int] | None:
+        tool, args = SCENARIOS[KINDS[seed % len(KINDS)]][1:]
+        if tool is None:
+            return None
+        call = json.dumps({"name": tool, "arguments": args})
+        text = f"<tool_call>\n{call}\n</tool_call>"
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return deque(ids + self.tokenizer.encode(" done", add_special_tokens=False))
+
+    def __call__(self, logits: Any, params: list[Any], positions: Any = None) -> list:
+        out = self.base(logits, params, positions)
+        for row, p in enumerate(params):
+            if p.seed is None or p.seed < 1000:
+                continue
+            q = self.scripts.get(p.seed)
+            if q is None and p.seed not in self.scripts:
+                q = self.script(p.seed)
+                if q is None:
+                    continue
+                self.scripts[p.seed] = q
+            if q is None:
+                continue
+            if q:
+                out[row] = q.popleft()
+            else:  # the script ran out: end the request, forget the script
+                out[row] = EOS
+                self.scripts.pop(p.seed, None)
+        return out
+
+
+def serve(port: int, model_dir: str, tools: str) -> int:
+    import torch
+
+    from augserve.engine.async_engine import AsyncLLMEngine
+    from augserve.engine.builder import EngineArgs, build_engine
+    from augserve.server.launch import ServeOptions, build_state, serve_forever
+
+    torch.set_num_threads(1)
+    engine = build_engine(
+        EngineArgs(model=model_dir, dtype="fp32", num_device_blocks=1024, num_host_blocks=128)
+    )
+    engine.runner.sampler = SoakSampler(engine.runner.sampler, engine.tokenizer)
+    state = build_state(AsyncLLMEngine(engine), model_dir, ServeOptions((MODEL,), tools))
+    return serve_forever(state, "127.0.0.1", port, None, "warning")
+
+
+def mcp_main() -> None:
+    from mcp.server.mcpserver import MCPServer
+
+    app = MCPServer("soak", log_level="CRITICAL")
+
+    @app.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @app.tool()
+    def crash() -> str:
+        """End this server's process."""
+        os._exit(3)
+
+    app.run()
+
+
+def make_model_dir(root: Path) -> str:
+    from augserve.engine.chat import CHATML_TEMPLATE
+    from augserve.engine.make_model import make_model
+
+    d = make_model("llama", "tiny", root / "m", seed=3,
+                   overrides={"max_position_embeddings": 4096})  # fmt: skip
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = CHATML_TEMPLATE
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return str(d)
+
+
+def write_tools(root: Path) -> str:
+    mod = "soak_server"
+    tools = {
+        "tools": [
+            {"name": "get_weather", "python": f"{mod}:get_weather"},
+            {"name": "boom", "python": f"{mod}:boom"},
+            {"name": "slow", "python": f"{mod}:slow", "timeout": 1.0},
+        ],
+        "mcp_servers": [
+            {
+                "name": "soak",
+                "command": sys.executable,
+                "args": [__file__, "--mcp"],
+                "prefix": "mcp_",
+                "timeout": 20,
+            }  # fmt: skip
+        ],
+    }
+    path = root / "tools.json"
+    path.write_text(json.dumps(tools))
+    return str(path)
+
+
+# --- the clients -------------------------------------------------------------------------
+class Soak:
+    def __init__(self, url: str, pid: int, window: float, seed: int) -> None:
+        self.url = url
+        self.pid = pid
+        self.window = window
+        self.rng = random.Random(seed)
+        self.records: list[dict[str, Any]] = []
+        self.rss: list[tuple[float, float]] = []
+        self.t0 = time.monotonic()
+        self.counter = 0
+
+    def pick(self) -> tuple[str, int]:
+        weights = [SCENARIOS[k][0] for k in KINDS]
+        kind = self.rng.choices(KINDS, weights)[0]
+        self.counter += 1
+        return kind, (1000 + self.counter) * len(KINDS) + KINDS.index(kind)
+
+    async def one(self, client: Any) -> None:
+        kind, seed = self.pick()
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 48 if SCENARIOS[kind][1] is None else 200, "seed": seed,
+                "stream": kind in ("stream", "disconnect")}  # fmt: skip
+        start = time.monotonic()
+        rec: dict[str, Any] = {"kind": kind, "start": start - self.t0, "ok": False}
+        try:
+            if body["stream"]:
+                await self._stream(client, body, rec, cut=kind == "disconnect")
+            else:
+                r = await client.post(self.url + "/v1/chat/completions", json=body)
+                rec["status"] = r.status_code
+                rec["ok"] = r.status_code == 200 and r.json()["choices"][0]["finish_reason"]
+        except Exception as exc:  # a lost request
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+        rec["latency"] = time.monotonic() - start
+        self.records.append(rec)
+
+    async def _stream(self, client: Any, body: dict, rec: dict, cut: bool) -> None:
+        async with client.stream("POST", self.url + "/v1/chat/completions", json=body) as r:
+            rec["status"] = r.status_code
+            n = 0
+            async for line in r.aiter_lines():
+                n += line.startswith("data: {")
+                if cut and n >= 2:
+                    rec["ok"] = "disconnected"
+                    return  # leaving the block closes the connection mid-stream
+                if line == "data: [DONE]":
+                    rec["ok"] = r.status_code == 200
+
+    async def sample_rss(self, until: float) -> None:
+        while time.monotonic() < until:
+            status = Path(f"/proc/{self.pid}/status").read_text()
+            kib = next(int(x.split()[1]) for x in status.splitlines() if x.startswith("VmRSS"))
+            self.rss.append((time.monotonic() - self.t0, kib / 1024))
+            await asyncio.sleep(5)
+
+    async def run(self, minutes: float, concurrency: int) -> None:
+        import httpx
+
+        until = self.t0 + minutes * 60
+        async with httpx.AsyncClient(timeout=120) as client:
+
+            async def worker() -> None:
+                while time.monotonic() < until:
+                    await self.one(client)
+
+            await asyncio.gather(self.sample_rss(until), *(worker() for _ in range(concurrency)))
+
+
+def report(soak: Soak, final: dict[str, float], minutes: float) -> dict[str, Any]:
+    import numpy as np
+
+    recs = soak.records
+    lost = [r for r in recs if not r["ok"]]
+    windows = []
+    n_win = max(1, int(np.ceil(minutes * 60 / soak.window)))
+    for w in range(n_win):
+        lat = [r["latency"] for r in recs
+               if w * soak.window <= r["start"] < (w + 1) * soak.window
+               and r["kind"] != "disconnect"]  # fmt: skip
+        if lat:
+            windows.append({"window": w, "start_s": w * soak.window, "requests": len(lat),
+                            "p50_s": float(np.percentile(lat, 50)),
+                            "p99_s": float(np.percentile(lat, 99))})  # fmt: skip
+    after = [(t, m) for t, m in soak.rss if t >= min(soak.window, minutes * 30)]
+    slope = float(np.polyfit(*zip(*after, strict=True), 1)[0] * 3600) if len(after) > 2 else 0.0
+    return {
+        "minutes": minutes,
+        "requests": len(recs),
+        "by_kind": {k: sum(r["kind"] == k for r in recs) for k in KINDS},
+        "lost": len(lost),
+        "lost_examples": lost[:5],
+        "rss_mib_start": soak.rss[0][1] if soak.rss else None,
+        "rss_mib_end": soak.rss[-1][1] if soak.rss else None,
+        "rss_slope_mib_per_hour": slope,
+        "final": final,
+        "windows": windows,
+    }
+
+
+def scrape(url: str) -> dict[str, float]:
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text):
+        for s in fam.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def wait_idle(url: str, timeout: float = 60.0) -> dict[str, float]:
+    deadline = time.monotonic() + timeout
+    while True:
+        m = scrape(url)
+        busy = sum(m.get(f"augserve_num_requests{{state={s}}}", 0)
+                   for s in ("waiting", "running", "paused"))  # fmt: skip
+        used = (
+            m["augserve_kv_blocks_used{location=device}"]
+            + m["augserve_kv_blocks_used{location=host}"]
+        )
+        if (busy == 0 and used == 0) or time.monotonic() > deadline:
+            return {"requests_live": busy, "kv_blocks_used": used,
+                    "mcp_connects": m.get("augserve_tool_server_connects_total{server=soak}", 0),
+                    "tool_calls": sum(v for k, v in m.items()
+                                      if k.startswith("augserve_tool_calls_total")),
+                    "tool_errors": {k[len("augserve_tool_errors_total"):]: v
+                                    for k, v in m.items()
+                                    if k.startswith("augserve_tool_errors_total")}}  # fmt: skip
+        time.sleep(0.5)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--window", type=float, default=300.0, help="seconds per latency window")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="docs/soak/soak.json")
+    p.add_argument(
+        "--serve", nargs=3, metavar=("PORT", "MODEL_DIR", "TOOLS"), help=argparse.SUPPRESS
+    )
+    p.add_argument("--mcp", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.mcp:
+        mcp_main()
+        return 0
+    if a.serve:
+        return serve(int(a.serve[0]), a.serve[1], a.serve[2])
+    import httpx
+
+    root = Path(tempfile.mkdtemp(prefix="soak-"))
+    model_dir, tools = make_model_dir(root), write_tools(root)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    log = (root / "server.log").open("w")
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), model_dir, tools],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"the server exited: {(root / 'server.log').read_text()}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("the server did not start")
+            time.sleep(0.5)
+        soak = Soak(url, proc.pid, a.window, a.seed)
+        asyncio.run(soak.run(a.minutes, a.concurrency))
+        result = report(soak, wait_idle(url), a.minutes)
+        proc.send_signal(signal.SIGTERM)
+        result["exit_code"] = proc.wait(60)
+        result["command"] = " ".join(["python", "benchmarks/soak_server.py", *sys.argv[1:]])
+        result["cpu"] = os.cpu_count()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "lost_examples"}, indent=1))
+    ok = result["lost"] == 0 and result["final"]["kv_blocks_used"] == 0 and result["exit_code"] == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
