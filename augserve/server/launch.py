@@ -34,8 +34,8 @@ from augserve.engine.tool_parsers import TOOL_PARSERS, detect_tool_parser
 from augserve.server.app import create_app, drain
 from augserve.server.health import HealthCollector
 from augserve.server.metrics import ServerMetrics
-from augserve.server.predictions import apply_tool_priors
 from augserve.server.middleware import timed_protocol
+from augserve.server.predictions import apply_tool_priors
 from augserve.server.state import ServerLimits, ServerState
 from augserve.server.tool_config import ToolsConfig
 from augserve.server.tool_registry import ToolRegistry
