@@ -16,6 +16,7 @@ from pydantic import Field
 
 from augserve import __version__
 from augserve.server.errors import APIError
+from augserve.server.health import health
 from augserve.server.protocol import ChatCompletionRequest, Message, ToolDef, _Model
 from augserve.server.request_tools import RequestTools
 from augserve.server.state import ServerState
@@ -119,8 +120,8 @@ def make_router(state: ServerState, errors: dict[int | str, dict[str, Any]]) -> 
 
     async def ping() -> Response:
         """vLLM's (SageMaker's) liveness check: 200 with no body, 503 when unhealthy."""
-        ok = state.failure is None and not state.draining
-        return Response(status_code=200 if ok else 503)
+        code, _ = health(state)
+        return Response(status_code=code)
 
     router.add_api_route("/ping", ping, methods=["GET"], operation_id="ping_get")
     router.add_api_route("/ping", ping, methods=["POST"], operation_id="ping_post")

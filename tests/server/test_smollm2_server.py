@@ -134,8 +134,8 @@ def test_client_tool_comes_back_as_tool_calls(smol_server: Any) -> None:
     r = _client(smol_server).chat.completions.create(
         model="smollm2",
         messages=[{"role": "user", "content": "Where is my order 12345?"}],
-        tools=[lookup],
-        tool_choice="required",
+        tools=[lookup],  # the server's own tools are offered too: name the client's
+        tool_choice={"type": "function", "function": {"name": "lookup_order"}},
         max_tokens=48,
         temperature=0,
     )
