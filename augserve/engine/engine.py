@@ -21,6 +21,7 @@ iteration is committed, and `step()` raises `BatchFailed` with its outputs.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import time
@@ -408,7 +409,17 @@ class LLMEngine:
 
 
 def _ended(out: RequestOutput, reason: FinishReason) -> RequestOutput:
-    """`out` as the client's last output (its request stays paused as a session)."""
+    """`out` as the client's last output; its request stays paused as a session, so the
+    output carries a finished copy of it (for the server's metrics) and counts only
+    the server's calls (the last call record is the client's)."""
+    req = out.request
+    if req is not None:
+        view = copy.copy(req)
+        view.status, view.finish_reason = reason.status, reason
+        view.finish_time = req.calls[-1].start  # when the turn ended
+        view.calls = req.calls[:-1]
+        out.request = view
     out.finished, out.finish_reason = True, reason.value
+    out.num_calls = max(0, out.num_calls - 1)
     out.outputs = [out.completion(0)]
     return out

@@ -12,7 +12,10 @@ A new request *continues* a session when it names the session's id
 with the paused request's context (every token whose KV was computed, the last
 sampled token excluded); the longest such context wins. The continuation takes
 the paused request's KV over (`Scheduler._continue_session`), so only its new
-tokens are prefilled.
+tokens are prefilled. Failing both, a prompt that starts with a session's first
+prompt is that conversation re-rendered (a chat template may write the call back
+differently from how the model wrote it): the session ends and its KV goes to the
+prefix cache, where the continuation finds every full block they share.
 
 Retention is soft: a session's device KV is always reclaimable (`MemoryManager`'s
 `soft` set), so admission can take it like any planned Swap / Discard, and a
@@ -35,6 +38,7 @@ class SessionTable:
         self.requests: dict[str, Request] = {}  # request id -> the paused request
         self.names: dict[str, str] = {}  # client session id -> request id
         self.contexts: dict[str, list[int]] = {}  # request id -> its computed context
+        self.prompts: dict[str, list[int]] = {}  # request id -> its first prompt
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -48,12 +52,14 @@ class SessionTable:
         rid = req.request_id
         self.requests[rid] = req
         self.contexts[rid] = list(req.token_ids[: req.num_tokens - 1])
+        self.prompts[rid] = list(req.token_ids[: req.prompt_len])
         if req.session_id is not None:
             self.names[req.session_id] = rid  # the latest turn of that session
 
     def remove(self, request_id: str) -> Request | None:
         req = self.requests.pop(request_id, None)
         self.contexts.pop(request_id, None)
+        self.prompts.pop(request_id, None)
         if (
             req is not None
             and req.session_id is not None
@@ -64,17 +70,21 @@ class SessionTable:
 
     def match(self, session_id: str | None, token_ids: Sequence[int] | None) -> Request | None:
         """The session a new request continues: by id, else by the longest paused
-        context its prompt extends (strictly: some new token must follow)."""
+        context its prompt extends (strictly: some new token must follow), else by the
+        longest first prompt it extends."""
         if session_id is not None and session_id in self.names:
             return self.requests[self.names[session_id]]
         if token_ids is None:
             return None
+        return self._longest(self.contexts, token_ids) or self._longest(self.prompts, token_ids)
+
+    def _longest(self, keys: dict[str, list[int]], token_ids: Sequence[int]) -> Request | None:
         best: Request | None = None
         best_len = 0
         n = len(token_ids)
-        for rid, ctx in self.contexts.items():
-            k = len(ctx)
-            if best_len < k < n and list(token_ids[:k]) == ctx:
+        for rid, key in keys.items():
+            k = len(key)
+            if best_len < k < n and list(token_ids[:k]) == key:
                 best, best_len = self.requests[rid], k
         return best
 

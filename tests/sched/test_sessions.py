@@ -67,6 +67,11 @@ class Client:
         self.now += dt
         self.note(self.sched.update_from_output(out, self.results(out), self.now))
         check_invariants(self.sched, out, ())
+        table = self.sched.sessions
+        assert table is not None
+        assert set(table.requests) == set(table.contexts) == set(table.prompts)
+        assert all(self.sched.is_paused(rid) for rid in table.requests)
+        assert set(table.names.values()) <= set(table.requests)
         return out
 
     def run(self, max_steps: int = 2000) -> None:
@@ -139,6 +144,19 @@ def test_a_session_id_match_with_a_different_prompt_drops_to_the_prefix_cache():
     c.run()
     assert nxt.num_cached_prompt_tokens == 64  # its 4 full blocks in common, from the cache
     assert c.computed["t1"] == 120 - 64 + 3
+
+
+def test_a_re_rendered_conversation_ends_the_session_into_the_prefix_cache():
+    """The client sent the conversation back with the call written differently: its
+    prompt starts with the session's first prompt but not with its whole context."""
+    sched = make()
+    c = Client(sched)
+    c.add("c0", ids(100))
+    c.run()
+    nxt = c.add("t1", ids(100) + ids(40, "re-rendered call and result"))
+    assert c.finished["c0"] is FinishReason.TOOL_CALLS and sched.stats().num_sessions == 0
+    c.run()
+    assert nxt.num_cached_prompt_tokens == 96  # the first prompt's 6 full blocks
 
 
 def test_a_session_id_match_takes_over_an_extended_prompt():
