@@ -144,7 +144,8 @@ class SchedulerStats:
 
     num_waiting: int  # no KV for its context yet (new, discarded, preempted)
     num_running: int  # holds device KV and can compute
-    num_paused: dict[str, int]  # in a call, by context policy: "preserve", "swap", "discard"
+    # in a server-side call (client sessions apart), by context policy: preserve, swap, discard
+    num_paused: dict[str, int]
     num_swapped: int  # requests holding host blocks
     device_blocks_used: int
     device_blocks_total: int
@@ -154,4 +155,4 @@ class SchedulerStats:
     device_blocks_cached: int = 0  # free device blocks still holding cached KV
     prefix_cache_queries: int = 0  # tokens looked up in the prefix cache at admission
     prefix_cache_hits: int = 0  # of them, tokens found
-    num_sessions: int = 0  # paused client sessions (`sessions.py`), also in num_paused
+    num_sessions: int = 0  # paused client sessions (`sessions.py`), not in num_paused

@@ -118,8 +118,10 @@ class SchedulerState:
     def stats(self) -> SchedulerStats:
         counts = {s: 0 for s in RequestStatus}
         swapped = 0
+        sessions = self.sessions.requests if self.sessions is not None else {}
         for r in (*self._runnable.values(), *self._paused.values()):
-            counts[r.status] += 1
+            if r.request_id not in sessions:  # client sessions are counted apart
+                counts[r.status] += 1
             swapped += bool(r.host_block_ids)
         pool = self.pool
         return SchedulerStats(
@@ -139,7 +141,7 @@ class SchedulerState:
             device_blocks_cached=pool.device.num_cached_free,
             prefix_cache_queries=self.prefix.stats.queries if self.prefix else 0,
             prefix_cache_hits=self.prefix.stats.hits if self.prefix else 0,
-            num_sessions=len(self.sessions) if self.sessions is not None else 0,
+            num_sessions=len(sessions),
         )
 
     def live_requests(self) -> list[Request]:

@@ -80,7 +80,8 @@ class LiveServer:
         """Device and host blocks held by paused client sessions (`sched/sessions.py`)."""
         sessions = self.state.engine.engine.scheduler.sessions
         held = list(sessions.requests.values()) if sessions is not None else []
-        return sum(len(r.block_ids) for r in held), sum(len(r.host_block_ids) for r in held)
+        device = {b for r in held for b in r.block_ids}  # sessions may share cached blocks
+        return len(device), sum(len(r.host_block_ids) for r in held)
 
     def wait_idle(self, timeout: float = 20.0) -> None:
         """Until no request is live and no KV block is used but by paused sessions."""
