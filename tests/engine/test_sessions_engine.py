@@ -3,9 +3,10 @@ paused session, and the client's next turn prefills only its new tokens.
 
 A scripted sampler forces the tokens (random weights never emit a call). Time is the
 engine's virtual `now`, so nothing here depends on wall time. On the code before
-sessions the first turn's blocks were freed at "tool_calls" (with the prefix cache
-the next turn still hit its full blocks, but recomputed the partial last one and
-never learned the client's round trip).
+sessions (or with `session_ttl=0`) the first turn's blocks were freed at "tool_calls":
+the prefix cache then gives the next turn its 5 full blocks (40 tokens) and it
+recomputes the 7 tokens of the partial last one (its prefill starts at 40, not 47),
+and the client's round trip is never learned.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def first_turn(model: Path, ttl: float = TTL) -> tuple[Turns, RequestOutput, lis
                          ttl)  # fmt: skip
     t = Turns(engine)
     assert engine.tokenizer is not None
-    t.add("turn1", engine.tokenizer.encode("What is the weather in Oslo?"), 1)
+    t.add("turn1", engine.tokenizer.encode("What is the weather in Oslo today, please?"), 1)
     out = t.run("turn1")
     assert out.finish_reason == "tool_calls" and out.tool_calls[0].name == "weather"
     context = out.prompt_token_ids + out.token_ids
@@ -129,7 +130,7 @@ def test_a_session_id_match_resumes_it(model: Path) -> None:
     engine = engine_with(model, {1: [call], 3: [call], 2: [" sunny DONE"]})
     t = Turns(engine)
     assert engine.tokenizer is not None
-    prompt = engine.tokenizer.encode("What is the weather in Oslo?")
+    prompt = engine.tokenizer.encode("What is the weather in Oslo today, please?")
     t.add("a", prompt, 1, session_id="agent-a")
     t.add("b", prompt, 3, session_id="agent-b")
     out_a, out_b = t.run("a"), t.run("b")
