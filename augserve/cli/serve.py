@@ -187,6 +187,11 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
         help="reuse the KV of a shared prompt prefix (default: the engine's)",
     )  # fmt: skip
     g.add_argument(
+        "--session-ttl", type=float, default=600.0, metavar="SECONDS",
+        help="keep the KV of a request that ended with tool_calls as a paused session for "
+        "up to this long (0: off)" + D,
+    )  # fmt: skip
+    g.add_argument(
         "--threads", type=_positive_int, default=None,
         help="torch CPU threads (default: torch's)",
     )  # fmt: skip
@@ -314,6 +319,7 @@ def engine_args(args: argparse.Namespace, model: str) -> Any:
         fit_latency=args.profile is None,
         num_threads=args.threads,
         seed=args.seed,
+        session_ttl=args.session_ttl,
         scheduler=scheduler_overrides(args),
         **_not_honoured(args, {f.name for f in fields(EngineArgs)}),
     )

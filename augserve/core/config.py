@@ -73,6 +73,11 @@ class SchedulerConfig:
         except for the paper's baselines as the paper ran them: `vllm`, `infercept`,
         `ssjf`, `ssjf-infercept`, `mars`); the engine and the server turn it on unless
         told `--no-enable-prefix-caching`.
+    session_ttl: client sessions (`sched/sessions.py`): a request that ends with
+        "tool_calls" stays paused in the scheduler for up to this many seconds, its KV
+        kept softly (always reclaimable), and a continuation whose prompt extends its
+        context (or that names its session id) resumes it. 0 (the default here; the
+        engine's is 600): the request finishes at the call, as before.
     """
 
     policy: str = "augserve"
@@ -104,6 +109,7 @@ class SchedulerConfig:
     slo_norm_latency: float | None = None
     admit_growth: float | None = None
     enable_prefix_caching: bool | None = None
+    session_ttl: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or not self.policy:
@@ -115,6 +121,8 @@ class SchedulerConfig:
             raise ValueError(
                 f"SchedulerConfig.num_host_blocks must be >= 0, got {self.num_host_blocks}"
             )
+        if not self.session_ttl >= 0:
+            raise ValueError(f"SchedulerConfig.session_ttl must be >= 0, got {self.session_ttl}")
         if self.beta < 0:
             raise ValueError(f"SchedulerConfig.beta must be >= 0, got {self.beta}")
         if not 0 < self.beta_low <= 1:

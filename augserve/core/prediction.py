@@ -26,6 +26,12 @@ class Predictor(Protocol):
     def predict(self, requests: Sequence[Request]) -> list[Prediction]: ...
 
 
+def client_key(tool: str | None) -> str:
+    """The tool name a client-side tool's round trip is recorded and learned under
+    (`CallRecord.tool` of a paused client session; `predict/online.py`)."""
+    return f"client:{tool or '*'}"
+
+
 @runtime_checkable
 class OnlineLearner(Protocol):
     """A predictor that learns from what the scheduler sees (`predict/online.py`). The

@@ -39,7 +39,9 @@ class EngineArgs:
     scripted plans.
     `scheduler`: further `SchedulerConfig` fields. `enable_prefix_caching`: automatic
     prefix caching (vLLM's `--enable-prefix-caching`); None takes the policy's default,
-    on for every policy but the paper's baselines (`SchedulerConfig`)."""
+    on for every policy but the paper's baselines (`SchedulerConfig`). `session_ttl`:
+    how long a request that ended with "tool_calls" keeps its KV as a paused client
+    session (`sched/sessions.py`; 0: it finishes at the call)."""
 
     model: str
     policy: str = "augserve"
@@ -60,6 +62,7 @@ class EngineArgs:
     num_threads: int | None = None
     seed: int = 0
     enable_prefix_caching: bool | None = None
+    session_ttl: float = 600.0
     scheduler: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -92,6 +95,7 @@ class EngineArgs:
         extra = dict(self.scheduler)
         if self.enable_prefix_caching is not None:
             extra.setdefault("enable_prefix_caching", self.enable_prefix_caching)
+        extra.setdefault("session_ttl", self.session_ttl)
         return SchedulerConfig(
             policy=self.policy,
             block_size=self.block_size,

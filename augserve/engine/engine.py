@@ -21,10 +21,12 @@ iteration is committed, and `step()` raises `BatchFailed` with its outputs.
 from __future__ import annotations
 
 import contextlib
+import copy
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
@@ -140,9 +142,11 @@ class LLMEngine:
         params: SamplingParams,
         segments: Sequence[Segment] | None = None,
         now: float | None = None,
+        session_id: str | None = None,
     ) -> Request:
         """Tokenize and build a request without queueing it. With `segments` it is
-        scripted: calls (and the end) follow the plan and `max_tokens` is not applied."""
+        scripted: calls (and the end) follow the plan and `max_tokens` is not applied.
+        `session_id`: the client's session id (a paused session of that id continues)."""
         text = prompt if isinstance(prompt, str) else None
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -162,6 +166,7 @@ class LLMEngine:
             prompt_text=text,
             token_ids=list(ids),
             max_tokens=None if segments else params.max_tokens,
+            session_id=session_id,
         )
 
     def add_request(
@@ -328,7 +333,12 @@ class LLMEngine:
                     lp = logprobs[j]
                     st.logprobs.append(lp if lp is not None else Logprob(tok, 0.0))
                 self._advance_grammar(st, tok)
-                results[c.request_id] = decide(st, tok, self.eos_token_ids, self.max_model_len)
+                result = decide(st, tok, self.eos_token_ids, self.max_model_len)
+                if result.finish_reason is FinishReason.TOOL_CALLS and st.client_calls:
+                    call = st.client_calls[0]  # the session's round trip is learned per tool
+                    args_len = len(json.dumps(call.arguments))
+                    result = replace(result, tool=call.name, args_len=args_len)
+                results[c.request_id] = result
         return results
 
     @staticmethod
@@ -365,6 +375,10 @@ class LLMEngine:
             if st is not None:
                 step.finished.append(f.request)
                 step.outputs.append(st.output())
+        for req in upd.sessions_paused:  # "tool_calls": the client's turn; KV kept paused
+            st = self._states.pop(req.request_id, None)
+            if st is not None:
+                step.outputs.append(_ended(st.output(), FinishReason.TOOL_CALLS))
         for call in upd.calls_started:
             st = self._states[call.request.request_id]
             step.calls.append(self._pending_call(st, call.request.calls[-1].start))
@@ -392,3 +406,20 @@ class LLMEngine:
                 p, req.token_ids, st.gen_ids, stop, st.matcher, self._grammars
             )
         return chunk
+
+
+def _ended(out: RequestOutput, reason: FinishReason) -> RequestOutput:
+    """`out` as the client's last output; its request stays paused as a session, so the
+    output carries a finished copy of it (for the server's metrics) and counts only
+    the server's calls (the last call record is the client's)."""
+    req = out.request
+    if req is not None:
+        view = copy.copy(req)
+        view.status, view.finish_reason = reason.status, reason
+        view.finish_time = req.calls[-1].start  # when the turn ended
+        view.calls = req.calls[:-1]
+        out.request = view
+    out.finished, out.finish_reason = True, reason.value
+    out.num_calls = max(0, out.num_calls - 1)
+    out.outputs = [out.completion(0)]
+    return out

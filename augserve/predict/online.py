@@ -30,16 +30,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from augserve.core.prediction import Prediction
+from augserve.core.prediction import Prediction, client_key
 from augserve.core.request import Request
 from augserve.predict.lognormal import LogStats
 
 GLOBAL = "*"
-
-
-def client_key(tool: str | None) -> str:
-    """The key a client-side tool's round trip is learned under."""
-    return f"client:{tool or GLOBAL}"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,8 @@ class MemoryManager:
         self.pool = kv.pool
         self.reclaimable: dict[str, Request] = {}  # paused, Swap/Discard planned, KV on device
         self.in_call: dict[str, Request] = {}  # paused requests holding device blocks
+        # paused client sessions (`sessions.py`): reclaimable whatever their policy
+        self.soft: set[str] = set()
 
     # --- queries -----------------------------------------------------------------
     def reclaimable_blocks(self) -> int:
@@ -42,10 +44,15 @@ class MemoryManager:
         return bool(self.reclaimable)
 
     # --- a request's call ------------------------------------------------------------
-    def pause(self, req: Request, policy: ContextPolicy, discard_now: bool) -> None:
+    def pause(
+        self, req: Request, policy: ContextPolicy, discard_now: bool, soft: bool = False
+    ) -> None:
         """The request started a call with planned `policy`. `discard_now`: free its
-        KV at once (vLLM) instead of lazily."""
+        KV at once (vLLM) instead of lazily. `soft` (a client session): its device KV
+        stays reclaimable whatever the policy (evicted by it: swap, else discard)."""
         req.context_policy = policy
+        if soft:
+            self.soft.add(req.request_id)
         if discard_now:
             self.kv.discard(req)
             req.status = RequestStatus.PAUSED_DISCARDED
@@ -53,14 +60,14 @@ class MemoryManager:
         req.status = RequestStatus.PAUSED_PRESERVED
         if req.block_ids:
             self.in_call[req.request_id] = req
-            if policy in _EVICTABLE:
+            if policy in _EVICTABLE or soft:
                 self.reclaimable[req.request_id] = req
 
     def replan(self, req: Request, policy: ContextPolicy) -> None:
         """A paused request holding device KV changes its planned policy (INFERCEPT
         re-evaluates it every iteration with the call's remaining time)."""
         req.context_policy = policy
-        if policy in _EVICTABLE:
+        if policy in _EVICTABLE or req.request_id in self.soft:
             self.reclaimable[req.request_id] = req
         else:
             self.reclaimable.pop(req.request_id, None)
@@ -69,6 +76,7 @@ class MemoryManager:
         """The request left its call (returned, finished or aborted)."""
         self.in_call.pop(req.request_id, None)
         self.reclaimable.pop(req.request_id, None)
+        self.soft.discard(req.request_id)
 
     def free(self, req: Request) -> None:
         """Give back every block of a request that is done."""

@@ -121,6 +121,9 @@ class SchedulerUpdate:
     resumed: list[str] = field(default_factory=list)
     kv_freed: list[str] = field(default_factory=list)  # all KV released (finished)
     kv_discarded: list[str] = field(default_factory=list)  # dropped at a call, recompute later
+    # ended with "tool_calls" and kept as a paused client session (`sessions.py`): the
+    # client's response ends here, the request stays paused in the scheduler
+    sessions_paused: list[Request] = field(default_factory=list)
 
     def merge(self, other: SchedulerUpdate) -> None:
         self.finished += other.finished
@@ -128,6 +131,7 @@ class SchedulerUpdate:
         self.resumed += other.resumed
         self.kv_freed += other.kv_freed
         self.kv_discarded += other.kv_discarded
+        self.sessions_paused += other.sessions_paused
 
     @property
     def finished_ids(self) -> list[str]:
@@ -140,7 +144,8 @@ class SchedulerStats:
 
     num_waiting: int  # no KV for its context yet (new, discarded, preempted)
     num_running: int  # holds device KV and can compute
-    num_paused: dict[str, int]  # in a call, by context policy: "preserve", "swap", "discard"
+    # in a server-side call (client sessions apart), by context policy: preserve, swap, discard
+    num_paused: dict[str, int]
     num_swapped: int  # requests holding host blocks
     device_blocks_used: int
     device_blocks_total: int
@@ -150,3 +155,4 @@ class SchedulerStats:
     device_blocks_cached: int = 0  # free device blocks still holding cached KV
     prefix_cache_queries: int = 0  # tokens looked up in the prefix cache at admission
     prefix_cache_hits: int = 0  # of them, tokens found
+    num_sessions: int = 0  # paused client sessions (`sessions.py`), not in num_paused

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from augserve.core.prediction import Prediction
+from augserve.core.prediction import Prediction, client_key
 from augserve.core.request import CallRecord, ContextPolicy, FinishReason, Request, RequestStatus
 from augserve.sched.context_policy import choose_context_policy
 from augserve.sched.output import (
@@ -28,6 +28,7 @@ from augserve.sched.output import (
 )
 from augserve.sched.packing import Packer, pack_batch
 from augserve.sched.ranking import RankQueue
+from augserve.sched.sessions import extends, take_over_kv
 from augserve.sched.state import SchedulerState
 
 
@@ -46,6 +47,10 @@ class Scheduler(SchedulerState):
         if req.num_tokens + 1 > self.capacity_tokens:
             self._finish(req, FinishReason.ERROR, now)
             return self._take_update()
+        if self.sessions is not None:
+            old = self.sessions.match(req.session_id, req.token_ids)
+            if old is not None:
+                self._continue_session(old, req, now)
         self._apply_prediction(req, prediction)
         self._peek_prefix(req)
         self.policy.on_arrival(req, now)
@@ -58,6 +63,9 @@ class Scheduler(SchedulerState):
         out = SchedulerOutput(now=now)
         self.memory.kv.begin(out)
         self._count_running()
+        if self.sessions is not None:
+            for req in self.sessions.expired(now):
+                self._finish(req, FinishReason.ABORT, now)  # the client never came back
         if self._replanner is not None:
             self._replanner.run(now, self._running_tokens)
         elif self.policy.owns_context_policy:
@@ -126,19 +134,34 @@ class Scheduler(SchedulerState):
             req.append_generated(result.token_id, now)
             event = result.event
             if event is finish:
-                self._finish(req, result.finish_reason, now)
+                if result.finish_reason is FinishReason.TOOL_CALLS and self._keeps_session(req):
+                    self._start_call(req, result, now, client=True)
+                else:
+                    self._finish(req, result.finish_reason, now)
             elif req.num_tokens + 1 > capacity or req.generated_limit_reached():
                 self._finish(req, FinishReason.LENGTH, now)
             elif event is call:
                 self._start_call(req, result, now)
         return self._take_update()
 
-    def _start_call(self, req: Request, result: StepResult, now: float) -> None:
+    def _keeps_session(self, req: Request) -> bool:
+        return (
+            self.sessions is not None
+            and req.token_ids is not None
+            and req.num_tokens + 1 <= self.capacity_tokens
+        )
+
+    def _start_call(
+        self, req: Request, result: StepResult, now: float, client: bool = False
+    ) -> None:
+        """A call starts: a server tool's (`calls_started`), or, with `client`, a
+        client's: the request ended with "tool_calls" and is kept as a session."""
         if self.learner is not None:
             self.learner.observe_segment(req, True)
         self._drop_runnable(req)
         self._paused[req.request_id] = req
-        req.calls.append(CallRecord(start=now, tool=result.tool, args_len=result.args_len))
+        tool = client_key(result.tool) if client else result.tool
+        req.calls.append(CallRecord(start=now, tool=tool, args_len=result.args_len))
         if self.policy.discard_on_call:
             policy = ContextPolicy.DISCARD
         else:
@@ -149,11 +172,32 @@ class Scheduler(SchedulerState):
                 if self.policy.owns_context_policy and self.config.forced_context_policy is None
                 else self._choose_policy(req)
             )
-        self.memory.pause(req, policy, discard_now=self.policy.discard_on_call)
+        self.memory.pause(req, policy, discard_now=self.policy.discard_on_call, soft=client)
         if self.policy.discard_on_call:
             self._update.kv_discarded.append(req.request_id)
-        self._update.calls_started.append(StartedCall(req, policy))
+        if client:
+            assert self.sessions is not None
+            self.sessions.add(req)
+            self._update.sessions_paused.append(req)
+        else:
+            self._update.calls_started.append(StartedCall(req, policy))
         self.policy.on_call(req, now)
+
+    def _continue_session(self, old: Request, req: Request, now: float) -> None:
+        """`req` continues the paused session `old` (`sessions.py`): the client's round
+        trip is learned, `req` takes old's KV over if its prompt extends it (else old's
+        KV goes to the prefix cache), and `old` finishes ("tool_calls", its turn)."""
+        status = old.status
+        if extends(old, req):
+            take_over_kv(old, req, self.config.block_size)
+            req.status = _RESUMED[status] if req.num_computed_tokens else RequestStatus.WAITING
+        self._finish(old, FinishReason.TOOL_CALLS, now)  # KV not taken over: to the cache
+        call = old.calls[-1]
+        call.end = now
+        call.returned_tokens = max(0, req.num_tokens - old.num_tokens)
+        call.policy = _APPLIED[status]
+        if self.learner is not None:
+            self.learner.observe_call(old)  # the client's round trip, under client_key
 
     def _choose_policy(self, req: Request) -> ContextPolicy:
         """The min-waste policy at a call. L_other is the *other* running requests'
@@ -220,7 +264,7 @@ class Scheduler(SchedulerState):
         ERROR: the executor failed on it (a forward that raised)."""
         req = self._runnable.get(request_id) or self._paused.get(request_id)
         if req is not None:
-            if req.in_call:
+            if req.in_call and not (self.sessions is not None and request_id in self.sessions):
                 req.calls[-1].end = now
                 self._aborted_in_call.add(request_id)
             self._finish(req, reason, now)

@@ -26,6 +26,7 @@ from augserve.sched.output import FinishedRequest, SchedulerStats, SchedulerUpda
 from augserve.sched.policies import make_policy, uses_dynamic_budget, uses_prefix_caching
 from augserve.sched.ranking import RankQueue
 from augserve.sched.replan import Replanner
+from augserve.sched.sessions import SessionTable
 
 
 class SchedulerState:
@@ -56,6 +57,8 @@ class SchedulerState:
         self._held: dict[str, Request] = {}
         self._paused: dict[str, Request] = {}  # in an external call
         self._aborted_in_call: set[str] = set()
+        # paused client sessions ("tool_calls" kept, `sessions.py`), when session_ttl > 0
+        self.sessions = SessionTable(config.session_ttl) if config.session_ttl > 0 else None
         self._update = SchedulerUpdate()
         self._running_tokens = 0
         self._running_batch = 0
@@ -115,8 +118,10 @@ class SchedulerState:
     def stats(self) -> SchedulerStats:
         counts = {s: 0 for s in RequestStatus}
         swapped = 0
+        sessions = self.sessions.requests if self.sessions is not None else {}
         for r in (*self._runnable.values(), *self._paused.values()):
-            counts[r.status] += 1
+            if r.request_id not in sessions:  # client sessions are counted apart
+                counts[r.status] += 1
             swapped += bool(r.host_block_ids)
         pool = self.pool
         return SchedulerStats(
@@ -136,6 +141,7 @@ class SchedulerState:
             device_blocks_cached=pool.device.num_cached_free,
             prefix_cache_queries=self.prefix.stats.queries if self.prefix else 0,
             prefix_cache_hits=self.prefix.stats.hits if self.prefix else 0,
+            num_sessions=len(sessions),
         )
 
     def live_requests(self) -> list[Request]:
@@ -198,6 +204,8 @@ class SchedulerState:
         self.memory.free(req)
         self._drop_runnable(req)
         self._paused.pop(req.request_id, None)
+        if self.sessions is not None:
+            self.sessions.remove(req.request_id)
         self._forget_plan(req.request_id)
         req.status = reason.status
         req.finish_reason = reason

@@ -19,6 +19,7 @@ from augserve.server.generation import (
     ClientGone,
     merge_choices,
     unless_disconnected,
+    with_session_header,
 )
 from augserve.server.logprobs import chat_logprobs
 from augserve.server.protocol import ChatCompletionRequest
@@ -60,7 +61,7 @@ def prepare(state: ServerState, req: ChatCompletionRequest) -> tuple[list[int], 
         stops = params.stop
         cs = ChoiceState(i, session.parser if session else None, executor, stops)
         cs.forced = tools.grammar is not None
-        choices.append(Choice(cs, params, session))
+        choices.append(Choice(cs, params, session, session_id=req.session_id))
     return prompt, choices
 
 
@@ -81,6 +82,7 @@ async def _collect(state: ServerState, prompt: list[int], choices: list[Choice],
 
 
 async def chat_completion(state: ServerState, req: ChatCompletionRequest, http: Request) -> Any:
+    req = with_session_header(req, http)
     prompt, choices = prepare(state, req)
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())

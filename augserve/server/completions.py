@@ -23,6 +23,7 @@ from augserve.server.generation import (
     ClientGone,
     merge_choices,
     unless_disconnected,
+    with_session_header,
 )
 from augserve.server.logprobs import completion_logprobs
 from augserve.server.protocol import CompletionRequest
@@ -66,6 +67,7 @@ def prepare(
                 Choice(
                     ChoiceState(k * req.n + i, stops=tuple(req.stop_list())),
                     sampling_params(req, max_tokens, i, vocab_size=vocab, grammar=grammar),
+                    session_id=req.session_id,
                 )
                 for i in range(req.n)
             ]
@@ -92,6 +94,7 @@ async def _run_all(state: ServerState, batches: list[Any], cid: str, sink: Any) 
 
 
 async def completion(state: ServerState, req: CompletionRequest, http: Request) -> Any:
+    req = with_session_header(req, http)
     batches = prepare(state, req)
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())

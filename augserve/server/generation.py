@@ -114,6 +114,7 @@ class Choice:
     params: SamplingParams
     session: ToolSession | None = None
     segments: list[Segment] | None = None  # a scripted tool plan
+    session_id: str | None = None  # the client's session id (`sched/sessions.py`)
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ async def run_choice(
         request_id=request_id,
         segments=choice.segments,
         tools=choice.session,
+        session_id=choice.session_id,
     )
     try:
         async with aclosing(gen):
@@ -227,3 +229,12 @@ async def unless_disconnected(coro: Any, receive: Any) -> Any:
 
 class ClientGone(Exception):
     pass
+
+
+def with_session_header(req: Any, http: Any) -> Any:
+    """`req` with its `session_id` taken from the X-Session-Id header when the body
+    gives none."""
+    header = http.headers.get("x-session-id")
+    if req.session_id is None and header:
+        return req.model_copy(update={"session_id": header[:256]})
+    return req

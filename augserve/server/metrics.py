@@ -54,6 +54,11 @@ class _EngineCollector:
             paused.add_metric([p], s.num_paused.get(p, 0))
         yield paused
         yield GaugeMetricFamily(
+            "augserve_num_sessions_paused",
+            "Client sessions paused after tool_calls, waiting for their next turn",
+            value=getattr(s, "num_sessions", 0),
+        )
+        yield GaugeMetricFamily(
             "augserve_num_requests_swapped", "Requests with KV blocks on the host", s.num_swapped
         )
         used = GaugeMetricFamily("augserve_kv_blocks_used", "KV blocks in use", labels=["location"])

@@ -121,6 +121,9 @@ class _SamplingFields(_Model):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
     user: str | None = None
+    # the client's agent session (`extra_body={"session_id": ...}` or the X-Session-Id
+    # header): a paused session of that id continues (docs/server.md, sessions)
+    session_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
     frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
     logprobs: bool | int | None = None

@@ -76,14 +76,22 @@ class LiveServer:
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics().get((name, tuple(sorted(labels.items()))), 0.0)
 
+    def session_blocks(self) -> tuple[int, int]:
+        """Device and host blocks held by paused client sessions (`sched/sessions.py`)."""
+        sessions = self.state.engine.engine.scheduler.sessions
+        held = list(sessions.requests.values()) if sessions is not None else []
+        device = {b for r in held for b in r.block_ids}  # sessions may share cached blocks
+        return len(device), sum(len(r.host_block_ids) for r in held)
+
     def wait_idle(self, timeout: float = 20.0) -> None:
-        """Until no request is live and no KV block is used."""
+        """Until no request is live and no KV block is used but by paused sessions."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            device, host = self.session_blocks()
             if (
                 not self.state.live
-                and self.metric("augserve_kv_blocks_used", location="device") == 0
-                and self.metric("augserve_kv_blocks_used", location="host") == 0
+                and self.metric("augserve_kv_blocks_used", location="device") == device
+                and self.metric("augserve_kv_blocks_used", location="host") == host
             ):
                 return
             time.sleep(0.05)

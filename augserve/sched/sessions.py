@@ -1,0 +1,115 @@
+"""Client sessions: a request that ended with "tool_calls" waits, paused, for its turn.
+
+Most agents run their tools on the client: the request ends with
+`finish_reason: "tool_calls"`, the client runs the tool and sends the whole
+conversation again with the result. With `SchedulerConfig.session_ttl > 0` the
+scheduler keeps such a request as a paused request in a call (its call's tool is
+`client_key(tool)`, so the online predictor learns the client's round trip), with
+the context policy the normal choice gives it, and this table remembers it.
+
+A new request *continues* a session when it names the session's id
+(`Request.session_id`, the client's) or, failing that, when its prompt starts
+with the paused request's context (every token whose KV was computed, the last
+sampled token excluded); the longest such context wins. The continuation takes
+the paused request's KV over (`Scheduler._continue_session`), so only its new
+tokens are prefilled. Failing both, a prompt that starts with a session's first
+prompt is that conversation re-rendered (a chat template may write the call back
+differently from how the model wrote it): the session ends and its KV goes to the
+prefix cache, where the continuation finds every full block they share.
+
+Retention is soft: a session's device KV is always reclaimable (`MemoryManager`'s
+`soft` set), so admission can take it like any planned Swap / Discard, and a
+session expires `session_ttl` seconds after its call began (its KV goes to the
+prefix cache). Nothing here reads a clock: time is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from augserve.core.request import Request
+
+
+class SessionTable:
+    """The paused client sessions, by request id and by the client's session id."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self.requests: dict[str, Request] = {}  # request id -> the paused request
+        self.names: dict[str, str] = {}  # client session id -> request id
+        self.contexts: dict[str, list[int]] = {}  # request id -> its computed context
+        self.prompts: dict[str, list[int]] = {}  # request id -> its first prompt
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self.requests
+
+    def add(self, req: Request) -> None:
+        """`req` just paused at its client call (its context is `token_ids`)."""
+        assert req.token_ids is not None
+        rid = req.request_id
+        self.requests[rid] = req
+        self.contexts[rid] = list(req.token_ids[: req.num_tokens - 1])
+        self.prompts[rid] = list(req.token_ids[: req.prompt_len])
+        if req.session_id is not None:
+            self.names[req.session_id] = rid  # the latest turn of that session
+
+    def remove(self, request_id: str) -> Request | None:
+        req = self.requests.pop(request_id, None)
+        self.contexts.pop(request_id, None)
+        self.prompts.pop(request_id, None)
+        if (
+            req is not None
+            and req.session_id is not None
+            and self.names.get(req.session_id) == request_id
+        ):
+            del self.names[req.session_id]
+        return req
+
+    def match(self, session_id: str | None, token_ids: Sequence[int] | None) -> Request | None:
+        """The session a new request continues: by id, else by the longest paused
+        context its prompt extends (strictly: some new token must follow), else by the
+        longest first prompt it extends."""
+        if session_id is not None and session_id in self.names:
+            return self.requests[self.names[session_id]]
+        if token_ids is None:
+            return None
+        return self._longest(self.contexts, token_ids) or self._longest(self.prompts, token_ids)
+
+    def _longest(self, keys: dict[str, list[int]], token_ids: Sequence[int]) -> Request | None:
+        best: Request | None = None
+        best_len = 0
+        n = len(token_ids)
+        for rid, key in keys.items():
+            k = len(key)
+            if best_len < k < n and list(token_ids[:k]) == key:
+                best, best_len = self.requests[rid], k
+        return best
+
+    def expired(self, now: float) -> list[Request]:
+        """Sessions whose client has not come back within the TTL."""
+        ttl = self.ttl
+        return [r for r in self.requests.values() if now - r.calls[-1].start >= ttl]
+
+
+def extends(old: Request, new: Request) -> bool:
+    """Whether `new`'s prompt starts with every token of `old` whose KV is computed."""
+    n = old.num_computed_tokens
+    if old.token_ids is None or new.token_ids is None or n >= new.num_tokens:
+        return False
+    return new.token_ids[:n] == old.token_ids[:n]
+
+
+def take_over_kv(old: Request, new: Request, block_size: int) -> None:
+    """Move `old`'s KV (device prefix, host suffix) to `new`, whose prompt extends it
+    (`extends`); `new` then computes only its tokens after old's computed ones."""
+    n = old.num_computed_tokens
+    full = n // block_size
+    new.block_ids, old.block_ids = old.block_ids, []
+    new.host_block_ids, old.host_block_ids = old.host_block_ids, []
+    new.num_computed_tokens, old.num_computed_tokens = n, 0
+    new.num_hashed_blocks, old.num_hashed_blocks = old.num_hashed_blocks, 0
+    new.block_hashes = old.block_hashes[:full]  # hashes past the computed prefix may differ
+    new.num_cached_prompt_tokens = n  # reused KV: the usage's cached tokens
