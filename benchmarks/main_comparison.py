@@ -45,7 +45,7 @@ from augserve.bench.runner import BenchPoint, Row, default_trace_path, sim_point
 PROFILES = ("opt-13b-h800", "opt-13b-h800-paper")
 RATES = (3.0, 4.0, 5.0, 6.0)
 PAPER_POLICIES = ("vllm", "infercept", "ssjf", "mars", "augserve")
-POLICIES = ("vllm", "infercept", "ssjf", "ssjf-infercept", "mars", "augserve")
+POLICIES = ("vllm", "vllm-apc", "infercept", "ssjf", "ssjf-infercept", "mars", "augserve")
 WINDOW = 1800.0
 PREDICTOR = "oracle"  # --predictor: every point's (online: learned from the run, as served)
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,7 +235,7 @@ def ratio_table(rows: Sequence[Row], profile: str) -> str:
         for key in ("ttft_mean", "norm_latency_mean"):
             g = _ratio([m[key] for m in mine], [t[key] for t in theirs])
             cells.append("-" if g is None else f"{100 * (g - 1):+.1f}%")
-        paper = PAPER[base]
+        paper = PAPER.get(base, ("-", "-", "-"))  # vllm-apc: not in the paper
         out.append(
             f"| {base} | {_f(good, '.2f')}x | {per} | {cells[0]} | {cells[1]} "
             f"| {paper[0]} | {paper[1]} | {paper[2]} |"
