@@ -21,9 +21,7 @@ iteration is committed, and `step()` raises `BatchFailed` with its outputs.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -35,11 +33,11 @@ from augserve.core.request import FinishReason, Request, Segment
 from augserve.engine.events import decide
 from augserve.engine.grammar import GrammarMasker
 from augserve.engine.latency_default import default_latency
-from augserve.engine.logits_processors import SampleContext
 from augserve.engine.model_runner import ModelRunner, SeqChunk
-from augserve.engine.outputs import RequestOutput, SeqState, ToolResult
+from augserve.engine.outputs import RequestOutput, SeqState, ToolResult, session_output
 from augserve.engine.sampler import Logprob
 from augserve.engine.sampling_params import SamplingParams
+from augserve.engine.seq_grammar import advance_grammar, attach_grammars, sample_context
 from augserve.engine.swaps import order_swaps
 from augserve.engine.tokenizer import IncrementalDetokenizer, Tokenizer
 from augserve.engine.tools import (
@@ -58,7 +56,6 @@ from augserve.sched.output import (
 from augserve.sched.scheduler import Scheduler
 
 Results = dict[str, StepResult]
-log = logging.getLogger("augserve.engine")
 
 
 @dataclass
@@ -204,20 +201,10 @@ class LLMEngine:
         tok = self.tokenizer
         detok = IncrementalDetokenizer(tok, req.token_ids) if tok is not None else None
         st = SeqState(req, params, detok, bool(req.segments), stream, tools)
-        self._attach_grammar(st)
+        attach_grammars(st, lambda: self.grammars)
         self._states[req.request_id] = st
         now = self.clock() if now is None else now
         self._absorb(self.scheduler.add_request(req, now, prediction), self._early)
-
-    def _attach_grammar(self, st: SeqState) -> None:
-        """A forced call's grammar (the session's) first, then response_format's."""
-        forced = st.tools.grammar if st.tools is not None else None
-        own = st.params.grammar
-        if forced is not None:
-            st.matcher = self.grammars.matcher(forced)
-            st.after_call = self.grammars.matcher(own) if own is not None else None
-        elif own is not None:
-            st.matcher = self.grammars.matcher(own)
 
     def _check_fits(self, request_id: str, num_tokens: int) -> None:
         if num_tokens >= self.max_model_len:
@@ -332,7 +319,7 @@ class LLMEngine:
                 if st.params.logprobs is not None and j < len(logprobs):
                     lp = logprobs[j]
                     st.logprobs.append(lp if lp is not None else Logprob(tok, 0.0))
-                self._advance_grammar(st, tok)
+                advance_grammar(st, tok)
                 result = decide(st, tok, self.eos_token_ids, self.max_model_len)
                 if result.finish_reason is FinishReason.TOOL_CALLS and st.client_calls:
                     call = st.client_calls[0]  # the session's round trip is learned per tool
@@ -340,21 +327,6 @@ class LLMEngine:
                     result = replace(result, tool=call.name, args_len=args_len)
                 results[c.request_id] = result
         return results
-
-    @staticmethod
-    def _advance_grammar(st: SeqState, tok: int) -> None:
-        m = st.matcher
-        if m is None:
-            return
-        if not GrammarMasker.accept(m, tok):  # a token the mask forbade (a scripted sampler)
-            log.warning(
-                "request %s: token %d breaks its grammar; unconstrained from here",
-                st.request.request_id,
-                tok,
-            )
-            st.matcher = None
-        elif m.is_terminated():
-            st.matcher = None
 
     def commit(self, out: SchedulerOutput, results: Results, end: float) -> EngineStep:
         """Report the iteration to the scheduler; outputs, finishes and calls from its update."""
@@ -378,7 +350,7 @@ class LLMEngine:
         for req in upd.sessions_paused:  # "tool_calls": the client's turn; KV kept paused
             st = self._states.pop(req.request_id, None)
             if st is not None:
-                step.outputs.append(_ended(st.output(), FinishReason.TOOL_CALLS))
+                step.outputs.append(session_output(st.output(), FinishReason.TOOL_CALLS))
         for call in upd.calls_started:
             st = self._states[call.request.request_id]
             step.calls.append(self._pending_call(st, call.request.calls[-1].start))
@@ -399,27 +371,6 @@ class LLMEngine:
         chunk = SeqChunk(
             req.request_id, req.token_ids[start : start + n], start, blocks, sample, st.params
         )
-        if sample and (st.matcher is not None or st.params.min_tokens or st.params.has_penalties):
-            p = st.params
-            stop = p.stop_token_ids + (() if p.ignore_eos else tuple(self.eos_token_ids))
-            chunk.context = SampleContext(
-                p, req.token_ids, st.gen_ids, stop, st.matcher, self._grammars
-            )
+        if sample:
+            chunk.context = sample_context(st, self.eos_token_ids, self._grammars)
         return chunk
-
-
-def _ended(out: RequestOutput, reason: FinishReason) -> RequestOutput:
-    """`out` as the client's last output; its request stays paused as a session, so the
-    output carries a finished copy of it (for the server's metrics) and counts only
-    the server's calls (the last call record is the client's)."""
-    req = out.request
-    if req is not None:
-        view = copy.copy(req)
-        view.status, view.finish_reason = reason.status, reason
-        view.finish_time = req.calls[-1].start  # when the turn ended
-        view.calls = req.calls[:-1]
-        out.request = view
-    out.finished, out.finish_reason = True, reason.value
-    out.num_calls = max(0, out.num_calls - 1)
-    out.outputs = [out.completion(0)]
-    return out

@@ -8,10 +8,11 @@ streaming client never sees a tool result as if the model had written it.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from augserve.core.request import Request
+from augserve.core.request import FinishReason, Request
 from augserve.engine.sampler import Logprob
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import IncrementalDetokenizer
@@ -177,3 +178,20 @@ def merge_samples(request_id: str, samples: list[RequestOutput]) -> RequestOutpu
         outputs=[s.completion(i) for i, s in enumerate(samples)],
     )
     return merged
+
+
+def session_output(out: RequestOutput, reason: FinishReason) -> RequestOutput:
+    """`out` as the client's last output; its request stays paused as a session, so the
+    output carries a finished copy of it (for the server's metrics) and counts only
+    the server's calls (the last call record is the client's)."""
+    req = out.request
+    if req is not None:
+        view = copy.copy(req)
+        view.status, view.finish_reason = reason.status, reason
+        view.finish_time = req.calls[-1].start  # when the turn ended
+        view.calls = req.calls[:-1]
+        out.request = view
+    out.finished, out.finish_reason = True, reason.value
+    out.num_calls = max(0, out.num_calls - 1)
+    out.outputs = [out.completion(0)]
+    return out
