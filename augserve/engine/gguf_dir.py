@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +46,23 @@ def gguf_model_dir(
     key = _key(path, chat_template)
     base = (root or cache_root()) / "gguf"
     target = base / f"{path.stem}-{key}"
-    if (target / GGUF_POINTER).is_file():
+    return build_once(target, GGUF_POINTER, lambda tmp: write_gguf_dir(path, tmp, chat_template))
+
+
+def build_once(target: Path, marker: str, build: Callable[[Path], None]) -> Path:
+    """`target`, built by `build(tmp)` unless `target/marker` exists. Safe against a
+    concurrent builder: each builds in its own temporary directory and renames."""
+    if (target / marker).is_file():
         return target
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=base))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
+    tmp.chmod(0o755)
     try:
-        write_gguf_dir(path, tmp, chat_template)
+        build(tmp)
         try:
             tmp.rename(target)
         except OSError:  # another process finished first
-            if not (target / GGUF_POINTER).is_file():
+            if not (target / marker).is_file():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -150,7 +150,24 @@ def _named_call(body: str, raw: str, tools: frozenset[str]) -> ParsedCall | None
     return None if isinstance(call, InvalidCall) else call
 
 
-class HermesToolParser(_Base):
+class _Tagged(_Base):
+    """A family whose calls open with a tag (`start`): the streaming view of content."""
+
+    start = ""
+
+    def content(self, segment: str, final: bool) -> str:
+        i = segment.find(self.start)
+        if i >= 0:
+            return segment[:i]  # a call, complete or not, is never content
+        kind, _ = self.loose(segment)
+        if kind == "call" or (kind == "pending" and not final and segment.strip()):
+            return ""
+        if final:
+            return segment
+        return segment[: len(segment) - held_prefix(segment, self.start)]
+
+
+class HermesToolParser(_Tagged):
     """`<tool_call>{json}</tool_call>` anywhere in the segment."""
 
     start = "<tool_call>"
@@ -187,17 +204,6 @@ class HermesToolParser(_Base):
             return None
         call = call_from_json(body[:end], text[i:])
         return None if isinstance(call, InvalidCall) else call
-
-    def content(self, segment: str, final: bool) -> str:
-        i = segment.find(self.start)
-        if i >= 0:
-            return segment[:i]  # a call, complete or not, is never content
-        kind, _ = self.loose(segment)
-        if kind == "call" or (kind == "pending" and not final and segment.strip()):
-            return ""
-        if final:
-            return segment
-        return segment[: len(segment) - held_prefix(segment, self.start)]
 
 
 class Llama3JsonToolParser(_Base):
@@ -248,7 +254,7 @@ class Llama3JsonToolParser(_Base):
         return segment
 
 
-class MistralToolParser(_Base):
+class MistralToolParser(_Tagged):
     """`[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (the first call of the
     list is the call) or `[TOOL_CALLS]name[ARGS]{...}`."""
 
@@ -304,17 +310,6 @@ class MistralToolParser(_Base):
                 call = call_from_json(body[1 : end + 1], text[i:])
                 return None if isinstance(call, InvalidCall) else call
         return None
-
-    def content(self, segment: str, final: bool) -> str:
-        i = segment.find(self.start)
-        if i >= 0:
-            return segment[:i]
-        kind, _ = self.loose(segment)
-        if kind == "call" or (kind == "pending" and not final and segment.strip()):
-            return ""
-        if final:
-            return segment
-        return segment[: len(segment) - held_prefix(segment, self.start)]
 
 
 AnyToolParser = HermesToolParser | Llama3JsonToolParser | MistralToolParser

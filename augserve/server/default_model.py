@@ -22,11 +22,10 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from augserve.engine.chat import CHATML_TEMPLATE
-from augserve.engine.gguf_dir import cache_root
+from augserve.engine.gguf_dir import build_once, cache_root
 
 DEFAULT_MODEL_NAME = "augserve-default"
 RECIPE: dict[str, str | int] = {"arch": "llama", "preset": "small", "seed": 0, "recipe": 1}
@@ -79,20 +78,7 @@ def ensure_default_model(root: str | Path | None = None) -> Path:
     base = Path(root) if root is not None else cache_root()
     key = model_key()
     target = base / f"default-model-{key}"
-    if (target / MARKER).is_file():
-        return target
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=base))
-    tmp.chmod(0o755)
-    try:
-        _build(tmp, key)
-        try:
-            tmp.rename(target)
-        except OSError:  # another process finished first
-            if not (target / MARKER).is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    build_once(target, MARKER, lambda tmp: _build(tmp, key))
     for old in base.glob("default-model-*"):  # earlier versions
         if old != target:
             shutil.rmtree(old, ignore_errors=True)
