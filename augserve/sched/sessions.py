@@ -90,8 +90,12 @@ class SessionTable:
 
     def expired(self, now: float) -> list[Request]:
         """Sessions whose client has not come back within the TTL."""
-        ttl = self.ttl
-        return [r for r in self.requests.values() if now - r.calls[-1].start >= ttl]
+        out = []
+        for r in self.requests.values():  # in order of their call's start (`add`): the
+            if now - r.calls[-1].start < self.ttl:  # first one still in time ends the scan
+                break
+            out.append(r)
+        return out
 
 
 def extends(old: Request, new: Request) -> bool:
