@@ -64,7 +64,9 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     model_dir = a.model_dir or str(make_model("llama", "100m", Path(tempfile.mkdtemp()) / "m"))
     blocks = a.batch * ((a.prompt + a.new) // 16 + 2) + 16
-    llm = LLM(model_dir, dtype="fp32", num_device_blocks=blocks, num_threads=a.threads)
+    # prefix caching off: the repeated prompts would otherwise skip their prefill (HF has no cache)
+    llm = LLM(model_dir, dtype="fp32", num_device_blocks=blocks, num_threads=a.threads,
+              enable_prefix_caching=False)  # fmt: skip
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(3, llm.engine.runner.vocab_size, (a.batch, a.prompt), generator=g)

@@ -101,7 +101,7 @@ def child_e2e(model_dir: str, batch: int, ctx: int, steps: int, reps: int) -> di
     threads = int(os.environ.get("AUGSERVE_DIAG_THREADS", "2"))
     torch.set_num_threads(threads)
     llm = LLM(model_dir, dtype="fp32", num_device_blocks=batch * (ctx + steps) // 16 + 64,
-              num_threads=threads)  # fmt: skip
+              num_threads=threads, enable_prefix_caching=False)  # fmt: skip
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(3, llm.engine.runner.vocab_size, (batch, ctx), generator=g).tolist()
     sp = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=steps)
