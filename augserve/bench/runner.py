@@ -121,18 +121,18 @@ def parse_overrides(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
     for key, text in pairs:
         if key not in known or key in ("policy", "predictor"):
             raise ValueError(f"--set: unknown scheduler option {key!r}")
-        default = getattr(SchedulerConfig(), key)
+        kind = str(known[key].type)  # e.g. "bool | None": the type, whatever the default
         low = text.strip().lower()
         try:
             if low in ("none", "null"):
                 out[key] = None
             elif key == "forced_context_policy":
                 out[key] = ContextPolicy(low)
-            elif isinstance(default, bool) or key == "dynamic_budget":
+            elif kind.startswith("bool"):
                 if low not in ("true", "false", "1", "0"):
                     raise ValueError(text)
                 out[key] = low in ("true", "1")
-            elif isinstance(default, int) or key == "swap_budget_blocks":
+            elif kind.startswith("int"):
                 out[key] = int(text)
             else:
                 out[key] = float(text)

@@ -184,7 +184,7 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument(
         "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
-        help="reuse the KV of a shared prompt prefix (default: the engine's)",
+        help="reuse the KV of a shared prompt prefix (default: on, whatever the policy)",
     )  # fmt: skip
     g.add_argument(
         "--session-ttl", type=float, default=600.0, metavar="SECONDS",
@@ -286,11 +286,13 @@ def _not_honoured(args: argparse.Namespace, engine_fields: set[str]) -> dict[str
     """EngineArgs fields of the vLLM flags the engine knows; one warning line for each
     flag it does not."""
     extra: dict[str, Any] = {}
-    if args.enable_prefix_caching is not None:
-        if "enable_prefix_caching" in engine_fields:
-            extra["enable_prefix_caching"] = args.enable_prefix_caching
-        elif args.enable_prefix_caching:
-            log.warning("--enable-prefix-caching is not honoured: this engine has no prefix cache")
+    if "enable_prefix_caching" in engine_fields:
+        # the served engine caches prefixes unless told not to, whatever the policy (as
+        # vLLM v1); a policy's own default is how its paper ran it (the simulator's)
+        on = args.enable_prefix_caching
+        extra["enable_prefix_caching"] = True if on is None else on
+    elif args.enable_prefix_caching:
+        log.warning("--enable-prefix-caching is not honoured: this engine has no prefix cache")
     return extra
 
 

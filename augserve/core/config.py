@@ -69,10 +69,11 @@ class SchedulerConfig:
         admit whenever memory can be had). Other policies ignore it.
     enable_prefix_caching: automatic prefix caching (`sched/prefix_cache.py`, as vLLM v1):
         full computed blocks stay cached after their request lets them go and a request
-        without KV starts after its cached prefix. None takes the policy's default (on,
-        except for the paper's baselines as the paper ran them: `vllm`, `infercept`,
-        `ssjf`, `ssjf-infercept`, `mars`); the engine and the server turn it on unless
-        told `--no-enable-prefix-caching`.
+        without KV starts after its cached prefix. None takes the policy's default: off
+        for the paper's policies as the paper ran them (`augserve`, `vllm`, `infercept`,
+        `ssjf`, `ssjf-infercept`, `mars`), on for `augserve-slo`, `vllm-apc` and
+        `continuum`; `augserve serve` turns it on for every policy unless told
+        `--no-enable-prefix-caching`.
     session_ttl: client sessions (`sched/sessions.py`): a request that ends with
         "tool_calls" stays paused in the scheduler for up to this many seconds, its KV
         kept softly (always reclaimable), and a continuation whose prompt extends its

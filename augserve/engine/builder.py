@@ -38,8 +38,10 @@ class EngineArgs:
     from the engine's own requests and calls) by default; only `oracle` reads
     scripted plans.
     `scheduler`: further `SchedulerConfig` fields. `enable_prefix_caching`: automatic
-    prefix caching (vLLM's `--enable-prefix-caching`); None takes the policy's default,
-    on for every policy but the paper's baselines (`SchedulerConfig`). `session_ttl`:
+    prefix caching (vLLM's `--enable-prefix-caching`); None takes the policy's default:
+    off for the paper's policies as the paper ran them (`augserve` and its baselines),
+    on for `augserve-slo`, `vllm-apc` and `continuum`. `augserve serve` turns it on for
+    every policy unless `--no-enable-prefix-caching`. `session_ttl`:
     how long a request that ended with "tool_calls" keeps its KV as a paused client
     session (`sched/sessions.py`; 0: it finishes at the call)."""
 

@@ -234,6 +234,8 @@ def test_set_overrides_scheduler_fields(tmp_path: Path) -> None:
             ("dynamic_budget", "false"),
             ("swap_budget_blocks", "8"),
             ("forced_context_policy", "swap"),
+            ("enable_prefix_caching", "false"),  # bool | None, default None
+            ("slo_ttft", "0.5"),
         ]
     )
     assert got == {
@@ -241,6 +243,8 @@ def test_set_overrides_scheduler_fields(tmp_path: Path) -> None:
         "dynamic_budget": False,
         "swap_budget_blocks": 8,
         "forced_context_policy": ContextPolicy.SWAP,
+        "enable_prefix_caching": False,
+        "slo_ttft": 0.5,
     }
     with pytest.raises(ValueError, match="unknown scheduler option"):
         parse_overrides([("nope", "1")])

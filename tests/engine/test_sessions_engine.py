@@ -34,7 +34,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def engine_with(model: Path, scripts: dict[int, list[str]], ttl: float = TTL) -> LLMEngine:
     args = EngineArgs(str(model), "augserve", dtype="fp32", num_device_blocks=64, block_size=8,
-                      session_ttl=ttl)  # fmt: skip
+                      session_ttl=ttl, enable_prefix_caching=True)  # fmt: skip
     engine = build_engine(args)
     tok = engine.tokenizer
     assert tok is not None

@@ -165,7 +165,9 @@ def start_server(
     from augserve.server.state import ServerLimits
 
     torch.set_num_threads(1)
-    args = {"dtype": "fp32", "num_device_blocks": 512, "num_host_blocks": 64, **engine}
+    # as `augserve serve`: the prefix cache on whatever the policy
+    args = {"dtype": "fp32", "num_device_blocks": 512, "num_host_blocks": 64,
+            "enable_prefix_caching": True, **engine}  # fmt: skip
     llm_engine = build_engine(EngineArgs(model=str(model_dir), **args))
     sampler = ScriptedSampler(llm_engine.runner.sampler, eos=1)
     llm_engine.runner.sampler = sampler

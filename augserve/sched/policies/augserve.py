@@ -38,6 +38,7 @@ _MIN_COST = 1e-12
 class AugServePolicy(PlanningPolicy):
     name = "augserve"
     uses_dynamic_budget = True
+    prefix_caching = False  # the paper's policy, as the paper ran it (ours: augserve-slo)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -42,6 +42,7 @@ from augserve.sched.triage import TriageQueue
 
 class SlackPolicy(AugServePolicy):
     name = "augserve-slo"
+    prefix_caching = True  # our policy: the prefix cache is one of our additions
     norm_triage = True  # also lost once the normalized-latency SLO is out of reach
     ahead = 1.0  # tokens expected after a predicted call, in units of the segment's rest
     reserve = 0.05  # rescues per second of the oldest lost requests (0: none)
