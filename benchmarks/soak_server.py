@@ -112,8 +112,13 @@ def serve(port: int, model_dir: str, tools: str) -> int:
 
     torch.set_num_threads(1)
     engine = build_engine(
-        EngineArgs(model=model_dir, dtype="fp32", num_device_blocks=1024, num_host_blocks=128,
-                   enable_prefix_caching=True)  # as `augserve serve`
+        EngineArgs(
+            model=model_dir,
+            dtype="fp32",
+            num_device_blocks=1024,
+            num_host_blocks=128,
+            enable_prefix_caching=True,
+        )  # as `augserve serve`
     )
     engine.runner.sampler = SoakSampler(engine.runner.sampler, engine.tokenizer)
     state = build_state(AsyncLLMEngine(engine), model_dir, ServeOptions((MODEL,), tools))
