@@ -109,3 +109,35 @@ def test_failures_in_a_row_make_the_engine_unhealthy_until_a_step_succeeds(
     assert health == [True] * (FAILURES_UNHEALTHY - 1) + [False]
     assert good.finish_reason == "length" and healed
     assert llm.engine.stats().device_blocks_used == 0
+
+
+def test_a_failed_forward_leaves_nothing_in_the_prefix_cache(model_dir: Path) -> None:
+    """Blocks are cached only once their KV is computed: a prompt whose forward raised
+    must not be found later (its blocks hold garbage), while a computed one is."""
+    llm = LLM(model_dir, dtype="fp32", num_device_blocks=64, block_size=8,
+              enable_prefix_caching=True)  # fmt: skip
+    runner, real = llm.engine.runner, llm.engine.runner.execute
+    fail = [True]
+
+    def execute(chunks: list[Any]) -> Any:
+        if fail[0]:
+            raise RuntimeError("injected forward failure")
+        return real(chunks)
+
+    runner.execute = execute  # type: ignore[method-assign]
+    prompt = list(range(10, 50))  # 5 full blocks of 8
+
+    async def main() -> list[Any]:
+        aengine = AsyncLLMEngine(llm.engine)
+        outs = [await collect(aengine, prompt, "failed")]
+        fail[0] = False
+        outs.append(await collect(aengine, prompt, "first"))
+        outs.append(await collect(aengine, prompt, "again"))
+        await aengine.shutdown()
+        return outs
+
+    failed, first, again = asyncio.run(main())
+    assert isinstance(failed, RequestFailed)
+    assert first.num_cached_tokens == 0  # nothing of the failed forward was cached
+    assert again.num_cached_tokens == 32  # 4 full blocks: the last token is always computed
+    assert llm.engine.stats().device_blocks_used == 0
