@@ -18,6 +18,8 @@ from augserve.engine.sampling_params import check_stop
 from augserve.engine.tools import ParsedCall, scripted_event
 from augserve.sched.output import StepEvent, StepResult
 
+CLIENT_PREFIX = "client:"  # `core.prediction.client_key`'s: a scripted client tool's name
+
 
 def decide(st: SeqState, tok: int, eos_ids: Collection[int], max_model_len: int) -> StepResult:
     """The event token `tok` causes (it joins `st`'s generated text here)."""
@@ -36,7 +38,7 @@ def decide(st: SeqState, tok: int, eos_ids: Collection[int], max_model_len: int)
     if req.num_tokens + 1 >= max_model_len:
         return finish(st, tok, FinishReason.LENGTH)
     if st.scripted:
-        return StepResult(tok, scripted_event(req), FinishReason.STOP)
+        return _scripted(st, tok)
     if st.tools is not None:
         result = tool_event(st, tok)
         last = req.max_tokens is not None and req.num_generated_tokens + 1 >= req.max_tokens
@@ -44,6 +46,17 @@ def decide(st: SeqState, tok: int, eos_ids: Collection[int], max_model_len: int)
             return finish(st, tok, FinishReason.LENGTH)
         return result
     return StepResult(tok)
+
+
+def _scripted(st: SeqState, tok: int) -> StepResult:
+    """A scripted request follows its plan; a last segment whose tool is a client's
+    (`client_key(name)`) ends it with a call of that client tool ("tool_calls")."""
+    event, seg = scripted_event(st.request), st.request.current_segment
+    tool = seg.tool if seg is not None and not seg.has_call else None
+    if event is StepEvent.FINISH and tool is not None and tool.startswith(CLIENT_PREFIX):
+        st.client_calls = [ParsedCall(tool[len(CLIENT_PREFIX) :], {})]
+        return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)
+    return StepResult(tok, event, FinishReason.STOP)
 
 
 def finish(st: SeqState, tok: int, reason: FinishReason) -> StepResult:

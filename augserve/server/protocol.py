@@ -188,13 +188,17 @@ Prompt = (
 class ScriptedSegment(BaseModel):
     """One segment of a scripted tool plan: generate `output_len` tokens, then (with
     `call_time`) pause for a call of `call_time` seconds that returns `return_len`
-    filler tokens. Unknown keys are an error (a misspelt key would drop a call)."""
+    filler tokens. `client_tool` (last segment only): the request then ends with
+    `finish_reason: "tool_calls"`, as if the model had called that client-side tool,
+    and its KV stays as a paused client session. Unknown keys are an error (a
+    misspelt key would drop a call)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     output_len: Annotated[int, Field(ge=1)]
     call_time: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] | None = None
     return_len: Annotated[int, Field(ge=0)] = 0
+    client_tool: Annotated[str, Field(min_length=1, max_length=64)] | None = None
 
 
 class CompletionRequest(_SamplingFields):

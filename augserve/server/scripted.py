@@ -10,7 +10,11 @@ The engine generates exactly each segment's `output_len` tokens (EOS is ignored)
 then pauses the request in the scheduler for a call of `call_time` seconds (an
 `asyncio.sleep`: its KV is preserved, swapped or discarded as the policy decides,
 as with a real tool), appends `return_len` filler tokens and goes on. Only the
-last segment ends without a call. Off unless the server runs with
+last segment ends without a call; with `"client_tool": NAME` it ends as if the
+model had called client-side tool NAME (`finish_reason: "tool_calls"`, the KV kept
+as a paused client session that the client's next request, naming the session or
+extending the context, continues), for agent-loop benchmarks on models that do not
+write calls. Off unless the server runs with
 `--allow-scripted-tools`: a plan lets a client hold a request (and its KV) for as
 long as its calls say.
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from augserve.core.prediction import client_key
 from augserve.core.request import Request, Segment
 from augserve.server.errors import APIError
 from augserve.server.protocol import CompletionRequest, ScriptedSegment
@@ -75,6 +80,10 @@ def _segment(i: int, s: ScriptedSegment, count: int) -> Segment:
         raise _bad(f"{where}.call_time must be <= {MAX_CALL_TIME:g} s, got {s.call_time:g}")
     if s.call_time is None and s.return_len:
         raise _bad(f"{where}.return_len needs a call_time")
+    if s.client_tool is not None:
+        if not last:
+            raise _bad(f"{where}.client_tool: only the last segment ends with a client call")
+        return Segment(s.output_len, None, 0, client_key(s.client_tool))
     return Segment(s.output_len, s.call_time, s.return_len, "scripted")
 
 

@@ -197,3 +197,45 @@ def test_a_client_gone_mid_call_aborts_the_plan(scripted: LiveServer) -> None:
     start = time.monotonic()
     scripted.wait_idle(timeout=10.0)
     assert time.monotonic() - start < 10.0
+
+
+def test_a_client_tool_segment_ends_in_tool_calls_and_keeps_the_session(
+    scripted: LiveServer,
+) -> None:
+    """`client_tool` on the last segment: the request ends with "tool_calls" as if the
+    model had called that client tool, its KV stays paused as a client session, and
+    the next turn (named by its session id) takes that KV over: only its new tokens
+    are computed."""
+    prompt = list(range(20, 60))  # 40 tokens
+    before = scripted.metric("augserve_num_sessions_paused")
+    sid = {"session_id": "bench-7"}
+    plan = [{"output_len": 5, "client_tool": "run_tests"}]
+    first = post(scripted, prompt=prompt, augserve_segments=plan, return_token_ids=True, **sid)
+    assert first.status_code == 200, first.text
+    choice = first.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and len(choice["token_ids"]) == 5
+    assert scripted.metric("augserve_num_sessions_paused") == before + 1
+    turn2 = prompt + choice["token_ids"] + [7, 8, 9]  # the tool's result: 3 tokens
+    nxt = post(scripted, prompt=turn2, augserve_segments=[{"output_len": 2}], **sid)
+    assert nxt.status_code == 200, nxt.text
+    usage = nxt.json()["usage"]
+    # the session's computed context: the prompt and the 4 generated tokens before the
+    # last sampled one (its KV is computed with the next turn)
+    assert usage["prompt_tokens_details"]["cached_tokens"] == 44
+    assert nxt.json()["choices"][0]["finish_reason"] == "stop"
+    assert scripted.metric("augserve_num_sessions_paused") == before
+
+
+@pytest.mark.parametrize(
+    ("plan", "words"),
+    [
+        ([{"output_len": 2, "call_time": 0.1, "client_tool": "x"}, {"output_len": 1}],
+         "only the last segment"),
+        ([{"output_len": 2, "client_tool": ""}], "at least 1"),
+    ],
+)  # fmt: skip
+def test_a_client_tool_off_the_last_segment_is_a_400(
+    scripted: LiveServer, plan: list[dict[str, Any]], words: str
+) -> None:
+    param, msg = error_of(post(scripted, augserve_segments=plan))
+    assert param is not None and param.startswith("augserve_segments") and words in msg
