@@ -49,6 +49,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
+from agent_loop import augserve_turn_extras, plain_turn_extras, replay_agents  # noqa: E402
 from bench_plugin import CPU_ENV, VLLM_PY, prefill_time  # noqa: E402
 from bench_tools_report import report, row_for  # noqa: E402
 from common import cpu_flags  # noqa: E402
@@ -132,10 +133,17 @@ def measure(srv: ManagedServer) -> tuple[float, float]:
     )
 
 
-def run_point(name: str, srv: ManagedServer, workload: list[Any], deadline: float) -> Replay:
+def run_point(
+    name: str, srv: ManagedServer, workload: list[Any], deadline: float, agents: bool = False
+) -> tuple[Replay, list[float] | None]:
+    """One replay; with `agents`, the `openai` agent loop (calls on the client for
+    every engine, augserve's KV kept as client sessions) and every turn's TTFT."""
+    if agents:
+        extras = plain_turn_extras if name == "vllm" else augserve_turn_extras
+        return asyncio.run(replay_agents(srv.base_url, "m", workload, deadline, extras))
     if name == "vllm":
-        return asyncio.run(replay(srv.base_url, "m", workload, deadline))
-    return asyncio.run(replay_scripted(srv.base_url, "m", workload, deadline))
+        return asyncio.run(replay(srv.base_url, "m", workload, deadline)), None
+    return asyncio.run(replay_scripted(srv.base_url, "m", workload, deadline)), None
 
 
 def parse_args() -> argparse.Namespace:
@@ -148,6 +156,12 @@ def parse_args() -> argparse.Namespace:
         "--predictors", nargs="+", choices=("oracle", "online"), default=["oracle"],
         help="augserve's predictor: oracle (reads each request's plan: an upper bound) "
         "and/or online (the server's default: learned from its own traffic)",
+    )  # fmt: skip
+    p.add_argument(
+        "--workload", choices=("infercept", "agent-sessions"), default="infercept",
+        help="infercept: server-side calls for augserve (scripted plans), client-side for "
+        "vLLM; agent-sessions: multi-turn sessions, tools on the client for every engine, "
+        "driven by an `openai` agent loop (rates are sessions/s)",
     )  # fmt: skip
     p.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals per point")
     p.add_argument("--drain", type=float, default=45.0, help="seconds allowed after arrivals")
@@ -257,12 +271,15 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
     rows: list[dict[str, Any]] = []
     names = list(named)
     for k, rate in enumerate(args.rates):
-        workload = build_workload(rate, args.duration, args.seed + k, scale, vocab)
+        workload = build_workload(rate, args.duration, args.seed + k, scale, vocab,
+                                  args.workload)  # fmt: skip
         order = names[k % len(names) :] + names[: k % len(names)]
         for name in order:
             load = os.getloadavg()[0]
-            result = run_point(name, named[name], workload, args.duration + args.drain)
-            rows.append(row_for(rate, name, result, slo, args, load))
+            agents = args.workload == "agent-sessions"
+            deadline = args.duration + args.drain
+            result, ttfts = run_point(name, named[name], workload, deadline, agents)
+            rows.append(row_for(rate, name, result, slo, args, load, ttfts))
             time.sleep(3.0)
     result: dict[str, Any] = {
         "command": " ".join([sys.executable, *sys.argv]),

@@ -12,19 +12,31 @@ from typing import Any
 from tool_workload import Replay, summarize
 
 from augserve.core.metrics import SLOConfig
+from augserve.core.request import RequestStatus
 
 PAPER_POLICY = "augserve:augserve"
 TARGET = 3.0
 
 
 def row_for(
-    rate: float, name: str, result: Replay, slo: SLOConfig, args: argparse.Namespace, load: float
-) -> dict[str, Any]:
+    rate: float, name: str, result: Replay, slo: SLOConfig, args: argparse.Namespace,
+    load: float, turn_ttfts: list[float] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """One (rate, engine) point: `augserve.core.metrics` over the window of arrivals plus
-    drain; goodput is per second of arrivals (requests that met the SLO / duration)."""
+    drain; goodput is per second of arrivals (requests that met the SLO / duration).
+    With an agent loop's `turn_ttfts`: each turn's TTFT and the mean job completion time
+    (a session's arrival to its last token)."""
     m = summarize(result.records, slo, args.duration + args.drain).to_dict()
     m["goodput_per_arrival_s"] = m["num_met_slo"] / args.duration
     m["arrival_window_s"] = args.duration
+    if turn_ttfts is not None:
+        done = RequestStatus.FINISHED_STOPPED
+        jcts = [r.finish_time - r.arrival_time for r in result.records
+                if r.status is done and r.finish_time is not None]  # fmt: skip
+        m["jct_mean"] = sum(jcts) / len(jcts) if jcts else None
+        m["turns"] = len(turn_ttfts)
+        m["turn_ttft_p50"] = _quantile(turn_ttfts, 0.5)
+        m["turn_ttft_p99"] = _quantile(turn_ttfts, 0.99)
     errors = sorted(set(result.errors.values()))[:3]
     policies = Counter(c.policy.value for r in result.records for c in r.calls if c.policy)
     m["call_policies"] = dict(policies)  # augserve only: what each call's KV went through
@@ -34,23 +46,37 @@ def row_for(
     return {"rate": rate, "engine": name, "load_avg_1min": load, "metrics": m, "errors": errors}
 
 
+def _quantile(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
 def fmt(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
+    agents = any("jct_mean" in r["metrics"] for r in rows)
     head = ("| rate (req/s) | engine:policy | goodput (req/s) | SLO att. | TTFT mean / p99 (s) | "
             "norm. lat. mean / p99 (s/tok) | throughput (tok/s) | finished | load |")  # fmt: skip
-    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    if agents:  # an agent loop: a session is a request; its turns' TTFT and its JCT
+        head += " turn TTFT p50 / p99 (s) | JCT mean (s) |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in sorted(rows, key=lambda r: (r["rate"], r["engine"] != "vllm", r["engine"])):
         m = r["metrics"]
-        lines.append(
+        line = (
             f"| {r['rate']:g} | {r['engine']} | {m['goodput_per_arrival_s']:.3f} | "
             f"{m['slo_attainment']:.0%} | {fmt(m['ttft_mean'])} / {fmt(m['ttft_p99'])} | "
             f"{fmt(m['norm_latency_mean'], 3)} / {fmt(m['norm_latency_p99'], 3)} | "
             f"{m['throughput_tps']:.1f} | {m['num_finished']}/{m['num_requests']} | "
             f"{r['load_avg_1min']:.1f} |"
         )
+        if agents:
+            line += (f" {fmt(m.get('turn_ttft_p50'))} / {fmt(m.get('turn_ttft_p99'))} |"
+                     f" {fmt(m.get('jct_mean'), 1)} |")  # fmt: skip
+        lines.append(line)
     return "\n".join(lines)
 
 

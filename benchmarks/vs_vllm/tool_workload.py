@@ -101,11 +101,14 @@ def scale_request(tr: TraceRequest, scale: Scale) -> tuple[int, list[Segment]]:
 
 
 def build_workload(
-    rate: float, duration: float, seed: int = 0, scale: Scale = Scale(), vocab: int = 32000
-) -> list[ToolRequest]:
-    """Poisson arrivals at `rate` over `duration` seconds, INFERCEPT requests, scaled."""
+    rate: float, duration: float, seed: int = 0, scale: Scale = Scale(), vocab: int = 32000,
+    workload: str = "infercept",
+) -> list[ToolRequest]:  # fmt: skip
+    """Poisson arrivals at `rate` over `duration` seconds, requests of `workload` (an
+    `augserve.workload` name: the INFERCEPT trace, or `agent-sessions`: one request per
+    session, a segment per model turn), scaled."""
     times = poisson_arrivals(rate, duration=duration, seed=seed)
-    trace = make_workload("infercept", max(1, len(times)), seed)
+    trace = make_workload(workload, max(1, len(times)), seed)
     rng = random.Random(f"tool-workload-{seed}")
     out = []
     for i, (tr, t) in enumerate(zip(trace, times, strict=False)):

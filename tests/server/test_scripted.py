@@ -239,3 +239,35 @@ def test_a_client_tool_off_the_last_segment_is_a_400(
 ) -> None:
     param, msg = error_of(post(scripted, augserve_segments=plan))
     assert param is not None and param.startswith("augserve_segments") and words in msg
+
+
+def test_the_agent_loop_runs_sessions_with_client_calls_kept_as_sessions(
+    scripted: LiveServer,
+) -> None:
+    """benchmarks/vs_vllm/agent_loop.py through the `openai` client: every turn of every
+    agent session runs, its tool on the client; with augserve's extras each turn but the
+    last ends in "tool_calls" and the next turn takes its KV over (the prefix hits count
+    the reuse); with the plain extras (what vLLM gets) it runs too."""
+    import asyncio
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "vs_vllm"))
+    import agent_loop as al
+    import tool_workload as tw
+
+    scale = tw.Scale(length=0.02, time=0.01, max_context=300)
+    work = tw.build_workload(2.0, 1.5, seed=2, scale=scale, vocab=500, workload="agent-sessions")
+    assert len(work) >= 2 and all(len(r.segments) > 1 for r in work)
+    hits = scripted.metric("augserve_prefix_cache_hits_total")
+    for extras in (al.augserve_turn_extras, al.plain_turn_extras):
+        out, ttfts = asyncio.run(al.replay_agents(scripted.url, MODEL, work, 60.0, extras))
+        assert out.errors == {}
+        assert len(ttfts) == sum(len(r.segments) for r in work)
+        for req, rec in zip(work, out.records, strict=True):
+            assert rec.status.name == "FINISHED_STOPPED"
+            assert rec.num_generated_tokens == sum(s.output_len for s in req.segments)
+            assert len(rec.calls) == len(req.segments) - 1
+            assert rec.finish_time >= rec.arrival_time + rec.call_time_total
+        scripted.wait_idle()
+        assert scripted.metric("augserve_num_sessions_paused") == 0  # all continued or ended
+    assert scripted.metric("augserve_prefix_cache_hits_total") > hits
