@@ -168,6 +168,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--length-scale", type=float, default=0.25)
     p.add_argument("--time-scale", type=float, default=0.1)
     p.add_argument("--ttft-iterations", type=float, default=40.0)
+    p.add_argument(
+        "--slo-iteration", type=float, default=None, metavar="SECONDS",
+        help="the decode iteration the SLO is built from (default: vLLM's, measured first); "
+        "give an earlier run's to add points judged by the same SLO",
+    )  # fmt: skip
+    p.add_argument(
+        "--vllm-only", action="store_true",
+        help="run real vLLM alone (no augserve server): e.g. more rates for an earlier run",
+    )  # fmt: skip
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--kv-tokens", type=int, default=4096, help="KV cache of both, in tokens")
     p.add_argument("--swap-tokens", type=int, default=4096, help="augserve's host KV, tokens")
@@ -233,17 +242,12 @@ def start(srv: ManagedServer, servers: list[ManagedServer]) -> ManagedServer:
     return srv
 
 
-def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> dict[str, Any]:
-    t_start = time.monotonic()
-    vllm = start(vllm_server(args, out.with_name("server-vllm.log")), servers)
-    v_iter, v_prefill = measure(vllm)
-    slo = slo_from_iteration(v_iter, args.ttft_iterations)
-    slo_text = (
-        f"SLO (from vLLM's batch-1 decode iteration {v_iter * 1e3:.1f} ms): TTFT < "
-        f"{slo.ttft_slo:.2f} s, normalized latency < {slo.norm_latency_slo:.3f} s/token"
-    )
-    print(f"vLLM: decode {v_iter * 1e3:.1f} ms, 256-token prefill {v_prefill * 1e3:.0f} ms; "
-          f"{slo_text}", flush=True)  # fmt: skip
+def _augserve_servers(
+    args: argparse.Namespace, out: Path, slo: Any, servers: list[ManagedServer],
+    named: dict[str, ManagedServer],
+) -> tuple[float, float]:  # fmt: skip
+    """The probe (augserve's own step times), the fitted profile, then one server per
+    policy and predictor into `named`; returns the probe's (decode, prefill) times."""
     probe = start(augserve_server(args, "vllm", out.with_name("server-probe.log"), None), servers)
     a_iter, a_prefill = measure(probe)
     probe.stop()
@@ -258,7 +262,6 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
         print(f"augserve: profile fitted on the engine: {prof_path}", flush=True)
     else:
         prof = write_profile(args, a_iter, a_prefill, prof_path)
-    named: dict[str, ManagedServer] = {"vllm": vllm}
     told = slo if args.server_slo == "bench" else None
     for pol in args.policies:
         for pred in args.predictors:
@@ -266,6 +269,26 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
             log = out.with_name(f"server-augserve-{tag}.log")
             srv = augserve_server(args, pol, log, prof, told, predictor=pred)
             named[f"augserve:{tag}"] = start(srv, servers)
+    return a_iter, a_prefill
+
+
+def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> dict[str, Any]:
+    t_start = time.monotonic()
+    vllm = start(vllm_server(args, out.with_name("server-vllm.log")), servers)
+    v_iter, v_prefill = measure(vllm)
+    slo_iter = v_iter if args.slo_iteration is None else args.slo_iteration
+    slo = slo_from_iteration(slo_iter, args.ttft_iterations)
+    src = "vLLM's batch-1 decode iteration" if args.slo_iteration is None else "--slo-iteration"
+    slo_text = (
+        f"SLO (from {src} {slo_iter * 1e3:.1f} ms): TTFT < "
+        f"{slo.ttft_slo:.2f} s, normalized latency < {slo.norm_latency_slo:.3f} s/token"
+    )
+    print(f"vLLM: decode {v_iter * 1e3:.1f} ms, 256-token prefill {v_prefill * 1e3:.0f} ms; "
+          f"{slo_text}", flush=True)  # fmt: skip
+    a_iter = a_prefill = float("nan")
+    named: dict[str, ManagedServer] = {"vllm": vllm}
+    if not args.vllm_only:
+        a_iter, a_prefill = _augserve_servers(args, out, slo, servers, named)
     vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
     scale = Scale(length=args.length_scale, time=args.time_scale)
     rows: list[dict[str, Any]] = []
