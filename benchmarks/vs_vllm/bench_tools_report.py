@@ -116,18 +116,34 @@ def ceiling(m: dict[str, Any], vllm_goodput: float) -> str:
 
 
 def capacities(rows: list[dict[str, Any]], floor: float = 0.9) -> str:
-    """Each engine's SLO capacity: the highest rate with at least `floor` attainment."""
-    best: dict[str, float] = {}
+    """Each engine's SLO capacity: the highest rate with at least `floor` attainment, and
+    (in brackets, where it differs) the highest rate up to which every rate of the
+    sweep has it: on short noisy windows attainment need not fall monotonically."""
+    by: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
-        if r["metrics"]["slo_attainment"] >= floor:
-            best[r["engine"]] = max(best.get(r["engine"], 0.0), r["rate"])
-    engines = sorted({r["engine"] for r in rows}, key=lambda e: (e != "vllm", e))
+        by.setdefault(r["engine"], []).append((r["rate"], r["metrics"]["slo_attainment"]))
+    best: dict[str, float] = {}
+    sustained: dict[str, float] = {}
+    for engine, points in by.items():
+        met = [rate for rate, att in points if att >= floor]
+        if met:
+            best[engine] = max(met)
+        for rate, att in sorted(points):
+            if att < floor:
+                break
+            sustained[engine] = rate
     v = best.get("vllm")
     parts = []
-    for e in engines:
+    for e in sorted(by, key=lambda e: (e != "vllm", e)):
         cap = best.get(e)
-        ratio = f" ({cap / v:.2f}x vLLM)" if cap and v else ""
-        parts.append(f"{e} {cap:g} req/s{ratio}" if cap else f"{e} below every rate")
+        if not cap:
+            parts.append(f"{e} below every rate")
+            continue
+        notes = [f"{cap / v:.2f}x vLLM"] if v and e != "vllm" else []
+        held = sustained.get(e)
+        if held != cap:
+            notes.append(f"every rate up to {held:g}" if held else "not at the lowest rate")
+        parts.append(f"{e} {cap:g} req/s" + (f" ({'; '.join(notes)})" if notes else ""))
     return f"SLO capacity (highest rate with >= {floor:.0%} attainment): " + "; ".join(parts)
 
 

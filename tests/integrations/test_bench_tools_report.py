@@ -50,3 +50,20 @@ def test_target_met_and_the_old_results_without_the_window_field() -> None:
 def test_target_not_testable_when_vllm_keeps_half() -> None:
     rows = [_row(2, "vllm", 55, 60), _row(2, "augserve:augserve", 60, 60)]
     assert rep.target(rows).startswith("target not testable")
+
+
+def test_capacity_is_the_highest_rate_meeting_90_percent_and_says_where_it_first_broke() -> None:
+    rows = [
+        _row(2, "vllm", 95, 100),
+        _row(3, "vllm", 85, 100),  # vLLM's capacity: 2
+        _row(2, "augserve:a", 100, 100),
+        _row(3, "augserve:a", 95, 100),
+        _row(4, "augserve:a", 89, 100),  # noisy: below the floor at 4, above it at 6
+        _row(6, "augserve:a", 95, 100),
+        _row(2, "augserve:b", 50, 100),
+        _row(3, "augserve:b", 10, 100),
+    ]
+    text = rep.capacities(rows)
+    assert "vllm 2 req/s;" in text
+    assert "augserve:a 6 req/s (3.00x vLLM; every rate up to 3)" in text
+    assert "augserve:b below every rate" in text
