@@ -49,10 +49,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from agent_loop import augserve_turn_extras, plain_turn_extras, replay_agents  # noqa: E402
 from bench_plugin import CPU_ENV, VLLM_PY, prefill_time  # noqa: E402
 from bench_tools_report import report, row_for  # noqa: E402
 from common import cpu_flags  # noqa: E402
+from session_loop import augserve_turn_extras, plain_turn_extras, replay_agents  # noqa: E402
 from tool_workload import (  # noqa: E402
     ManagedServer,
     Replay,

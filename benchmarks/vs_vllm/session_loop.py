@@ -1,6 +1,6 @@
 """An agent loop through the `openai` client: multi-turn sessions whose tools run on the client.
 
-    from agent_loop import replay_agents, augserve_turn_extras
+    from session_loop import replay_agents, augserve_turn_extras
 
 Each session (a `ToolRequest` of `tool_workload`: prompt ids, one segment per model
 turn, the tool results) runs as an agent does: it sends the whole context with
