@@ -63,10 +63,7 @@ async def _turn(client: Any, model: str, ctx: list[int], n: int, extra: dict[str
     turn = Turn()
     async for chunk in stream:
         for choice in chunk.choices:
-            ids = getattr(choice, "token_ids", None) or []
-            if ids and turn.first is None:
-                turn.first = time.monotonic()
-            turn.tokens.extend(ids)
+            turn.add(getattr(choice, "token_ids", None) or [])
     turn.end = time.monotonic()
     if len(turn.tokens) != n:
         raise RuntimeError(f"asked {n} tokens, got {len(turn.tokens)} (token ids?)")

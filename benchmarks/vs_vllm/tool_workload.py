@@ -132,6 +132,12 @@ class Turn:
     first: float | None = None  # monotonic time of the first generated token
     end: float | None = None
 
+    def add(self, ids: Sequence[int]) -> None:
+        """Streamed token ids arrived (the first non-empty ones time the first token)."""
+        if ids and self.first is None:
+            self.first = time.monotonic()
+        self.tokens.extend(ids)
+
 
 async def complete(
     client: httpx.AsyncClient,
@@ -158,11 +164,8 @@ async def complete(
                 raise RuntimeError(f"server error: {str(chunk['error'])[:300]}")
             choices = chunk.get("choices") or []
             ids = choices[0].get("token_ids") if choices else None
-            if ids is None:
-                continue
-            if ids and turn.first is None:
-                turn.first = time.monotonic()
-            turn.tokens.extend(ids)
+            if ids is not None:
+                turn.add(ids)
     turn.end = time.monotonic()
     if len(turn.tokens) != max_tokens:
         raise RuntimeError(f"asked {max_tokens} tokens, got {len(turn.tokens)} (token ids?)")
@@ -310,10 +313,7 @@ async def _scripted_turn(
             if "error" in chunk:
                 raise RuntimeError(f"server error: {str(chunk['error'])[:300]}")
             for choice in chunk.get("choices") or []:
-                ids = choice.get("token_ids") or []
-                if ids and turn.first is None:
-                    turn.first = time.monotonic()
-                turn.tokens.extend(ids)
+                turn.add(choice.get("token_ids") or [])
                 timing = choice.get("augserve_timing", timing)
     turn.end = time.monotonic()
     return turn, timing
