@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from asyncio import FIRST_COMPLETED
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -207,12 +208,14 @@ class McpServer:
         while True:
             stop = asyncio.ensure_future(self._stop.wait())
             broken = asyncio.ensure_future(self._broken.wait())
-            await asyncio.wait(
-                {stop, broken}, timeout=self.probe_interval, return_when=asyncio.FIRST_COMPLETED
-            )
-            for t in (stop, broken):
-                t.cancel()
-            await asyncio.gather(stop, broken, return_exceptions=True)
+            try:
+                await asyncio.wait(
+                    {stop, broken}, timeout=self.probe_interval, return_when=FIRST_COMPLETED
+                )
+            finally:  # also when close() cancels this task
+                for t in (stop, broken):
+                    t.cancel()
+                await asyncio.shield(asyncio.gather(stop, broken, return_exceptions=True))
             if self._stop.is_set() or self._broken.is_set():
                 return
             try:

@@ -139,10 +139,12 @@ async def _unless(gone: asyncio.Event, receive: Receive) -> Message:
         return {"type": "http.disconnect"}
     recv = asyncio.ensure_future(receive())
     wait = asyncio.ensure_future(gone.wait())
-    done, _ = await asyncio.wait({recv, wait}, return_when=asyncio.FIRST_COMPLETED)
-    for t in (recv, wait):
-        t.cancel()
-    await asyncio.gather(recv, wait, return_exceptions=True)  # never left pending
+    try:
+        done, _ = await asyncio.wait({recv, wait}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # also when the caller is cancelled (Starlette cancels its disconnect listener)
+        for t in (recv, wait):
+            t.cancel()
+        await asyncio.shield(asyncio.gather(recv, wait, return_exceptions=True))
     if recv in done and not recv.cancelled():
         return recv.result()
     return {"type": "http.disconnect"}
