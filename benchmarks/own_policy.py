@@ -22,12 +22,15 @@ Besides the usual row, every point reports P99 TTFT and P99 normalized latency
 over *all* requests that arrived in the window: a request without a first
 token (or not finished) at the window's end counts with what it has waited so
 far, a lower bound, so starvation cannot hide behind "unfinished". Writes
-OUT/{part}.json and OUT/tables.md (mean and spread over the seeds).
+OUT/{part}.json and OUT/tables.md (mean and spread over the seeds). Finished
+points are cached under OUT/cache-*/ (keyed on the point, the simulator's source
+and this script's), so an interrupted run resumes.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -36,6 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from augserve.bench.cache import PointCache
 from augserve.bench.pool import run_points
 from augserve.bench.runner import BenchPoint, Row, default_trace_path, sim_point_row
 from augserve.core.metrics import percentile
@@ -319,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for pt in pts
             if (only is None or pt.policy in only) and (profiles is None or pt.profile in profiles)
         ]
-        rows = run_points(pts, workers=args.workers, desc=f"own-policy {part}")
+        rows = run_cached(pts, args.workers, args.out, desc=f"own-policy {part}")
         path = args.out / f"{part}.json"
         if (only is not None or profiles is not None) and path.exists():
             kept = [
@@ -335,6 +339,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{part}: {len(pts)} points", flush=True)
         write_tables(args.out)
     return 0
+
+
+def run_cached(pts: Sequence[BenchPoint], workers: int, out: Path, desc: str) -> list[Row]:
+    """Run the points not finished before (cached under OUT/cache-<hash of this script>/,
+    keyed also on the simulator's source), so that an interrupted part resumes."""
+    own = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    cache = PointCache(out / f"cache-{own}", code=True)
+    done = {i: rows for i, p in enumerate(pts) if (rows := cache.get(p)) is not None}
+    todo = [i for i in range(len(pts)) if i not in done]
+    if done:
+        print(f"{desc}: {len(done)} of {len(pts)} points from the cache", flush=True)
+
+    def finished(j: int, rows: list[Row]) -> None:
+        done[todo[j]] = rows
+        cache.put(pts[todo[j]], rows)
+
+    run_points([pts[i] for i in todo], workers=workers, on_result=finished, desc=desc)
+    return [row for i in range(len(pts)) for row in done[i]]
 
 
 def write_tables(out: Path) -> None:
