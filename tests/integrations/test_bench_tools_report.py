@@ -47,6 +47,14 @@ def test_target_met_and_the_old_results_without_the_window_field() -> None:
     assert "3.13x, MET" in text and "4.50x (6.000 req/s)" in text
 
 
+def test_target_reads_the_paper_policy_with_a_predictor_suffix() -> None:
+    rows = [_row(0.5, "vllm", 10, 34), _row(0.5, "augserve:augserve+online", 19, 34)]
+    text = rep.target(rows)
+    assert "augserve:augserve+online 0.633 req/s" in text and "1.90x, MISSED" in text  # target 3x
+    rows.append(_row(0.5, "augserve:augserve-slo+online", 30, 34))  # not the paper policy
+    assert "1.90x" in rep.target(rows)
+
+
 def test_target_not_testable_when_vllm_keeps_half() -> None:
     rows = [_row(2, "vllm", 55, 60), _row(2, "augserve:augserve", 60, 60)]
     assert rep.target(rows).startswith("target not testable")
