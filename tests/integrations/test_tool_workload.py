@@ -145,3 +145,10 @@ def test_managed_server_is_healthy_then_gone_with_its_children(tmp_path: Path) -
     assert srv.proc is None and tw.port_free(port)
     gone = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True)
     assert gone.returncode == 1  # no process left in the server's group (the child too)
+
+
+def test_a_stream_that_arrives_in_one_burst_is_not_timed() -> None:
+    steady = [0.02 + 0.01 * i for i in range(65)]  # first chunk at 20 ms, then 10 ms apart
+    assert tw.streamed(0.0, steady)
+    burst = [0.66 + 2e-5 * i for i in range(65)]  # all 65 chunks after the whole request
+    assert not tw.streamed(0.0, burst)
