@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -122,8 +124,23 @@ def main() -> int:
     print(f"  loop / thread median latency: {ratio:.2f}x; background decode thread/loop:"
           f" {t['load_tok_s'] / max(lp['load_tok_s'], 1e-9):.2f}x")  # fmt: skip
     if args.out:
-        Path(args.out).write_text(json.dumps({"best": best, "args": vars(args)}, indent=1))
+        meta = {"command": " ".join(sys.argv), "commit": _commit(),
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "load_avg_at_end": os.getloadavg()}  # fmt: skip
+        Path(args.out).write_text(
+            json.dumps({"best": best, "args": vars(args), "meta": meta}, indent=1)
+        )
     return 0
+
+
+def _commit() -> str | None:
+    """The checkout's commit (None outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, cwd=Path(__file__).parent, check=True)  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() or None
 
 
 if __name__ == "__main__":
