@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from augserve.bench.runner import BenchPoint
+from augserve.sched.policies import POLICIES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,6 +24,8 @@ def _module() -> Any:
 
 
 def test_second_run_computes_only_the_new_points(tmp_path: Path, monkeypatch: Any) -> None:
+    # the script registers its ablation policies on import: keep them out of other tests
+    monkeypatch.setattr("augserve.sched.policies.POLICIES", dict(POLICIES))
     op = _module()
     ran: list[BenchPoint] = []
 
