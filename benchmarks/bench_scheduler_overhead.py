@@ -25,12 +25,12 @@ import gc
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from augserve.bench.report import git_commit
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import Request, Segment
 from augserve.predict.base import OraclePredictor
@@ -143,10 +143,7 @@ def main() -> None:
             )
 
     if args.json:
-        root = Path(__file__).resolve().parent.parent
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
+        commit = git_commit()
         meta = {
             "command": "python benchmarks/bench_scheduler_overhead.py " + " ".join(sys.argv[1:]),
             "commit": commit,

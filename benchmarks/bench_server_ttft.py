@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from augserve.bench.report import git_commit
 
 MODES = {"thread": True, "loop": False}
 
@@ -124,23 +125,13 @@ def main() -> int:
     print(f"  loop / thread median latency: {ratio:.2f}x; background decode thread/loop:"
           f" {t['load_tok_s'] / max(lp['load_tok_s'], 1e-9):.2f}x")  # fmt: skip
     if args.out:
-        meta = {"command": " ".join(sys.argv), "commit": _commit(),
+        meta = {"command": " ".join(sys.argv), "commit": git_commit() or None,
                 "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "load_avg_at_end": os.getloadavg()}  # fmt: skip
         Path(args.out).write_text(
             json.dumps({"best": best, "args": vars(args), "meta": meta}, indent=1)
         )
     return 0
-
-
-def _commit() -> str | None:
-    """The checkout's commit (None outside a git checkout)."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, cwd=Path(__file__).parent, check=True)  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip() or None
 
 
 if __name__ == "__main__":

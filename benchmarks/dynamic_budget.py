@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from typing import Any
 
 from augserve.bench.budget_probe import BudgetProbe
 from augserve.bench.pool import run_points
+from augserve.bench.report import git_commit
 from augserve.bench.runner import BenchPoint, Row, default_trace_path, sim_point_row
 
 PROFILES = ("opt-13b-h800", "opt-13b-h800-paper")
@@ -224,13 +224,7 @@ def write_tables(rows: Sequence[Row], out: Path, meta: dict[str, Any]) -> None:
 
 
 def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return git_commit() or "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

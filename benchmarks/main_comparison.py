@@ -29,7 +29,6 @@ import csv
 import json
 import math
 import resource
-import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -39,6 +38,7 @@ from typing import Any
 from augserve.bench.budget_probe import BudgetProbe
 from augserve.bench.plots import plot_sweep
 from augserve.bench.pool import run_points
+from augserve.bench.report import git_commit
 from augserve.bench.reproduce.tables import GOODPUT_FLOOR
 from augserve.bench.runner import BenchPoint, Row, default_trace_path, sim_point_row
 
@@ -398,14 +398,7 @@ def write_data(data: Path, part: str, rows: Sequence[Row], argv: Sequence[str] |
 
 
 def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return git_commit() or "unknown"
 
 
 def _set_predictor(spec: str) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from augserve.bench.report import git_commit
 from augserve.bench.runner import default_trace_path
 from augserve.predict.evaluate import (
     group_folds,
@@ -120,15 +120,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return git_commit() or "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,12 +5,35 @@ from __future__ import annotations
 import csv
 import json
 import math
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 Row = dict[str, Any]
+
+
+def git(*args: str) -> str:
+    """`git ARGS` run in augserve's checkout, its output stripped; "" when git or the
+    checkout is missing (an installed package)."""
+    try:
+        out = subprocess.run(
+            ["git", *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+            cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def git_commit() -> str:
+    """The checkout's short commit, "" outside a git checkout (benchmarks' provenance)."""
+    return git("rev-parse", "--short", "HEAD")
 
 
 def _clean(value: Any) -> Any:

@@ -6,33 +6,18 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from augserve import __version__
+from augserve.bench.report import git as _git
 from augserve.bench.report import write_csv
 from augserve.bench.reproduce.execute import RunState
 from augserve.bench.reproduce.plan import Context, Results, Section
 from augserve.bench.runner import BenchPoint, Row
 
 REPORT = "report.md"
-
-
-def _git(*args: str) -> str:
-    try:
-        out = subprocess.run(
-            ["git", *args],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-            cwd=Path(__file__).resolve().parent,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return out.stdout.strip()
 
 
 def code_version() -> str:
