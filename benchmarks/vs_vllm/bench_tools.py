@@ -1,41 +1,49 @@
-"""augserve against real vLLM on the same tool workload, side by side, one run.
+"""augserve against real vLLM on the same tool workload, side by side, one run, under the
+comparison protocol (docs/benchmarking.md).
 
-    flock /tmp/augserve-cpu.lock .venv/bin/python benchmarks/vs_vllm/bench_tools.py \\
-        --preset small --rates 1 2 3 4 --policies vllm infercept augserve \\
-        --out runs/vs_vllm/tools/results.json
+    # once, before any comparison: fix the SLO in the committed config, commit it
+    .venv/bin/python benchmarks/vs_vllm/bench_tools.py --calibrate \\
+        --config benchmarks/configs/vs-vllm-tools.json --out runs/vs_vllm/calib/x.json
+    # the comparison: every rate x every seed of the config on every engine
+    .venv/bin/python benchmarks/vs_vllm/bench_tools.py \\
+        --config benchmarks/configs/vs-vllm-tools.json --out runs/vs_vllm/tools/results.json
 
-One random-weight model (`augserve make-model --untied`, built if missing). vLLM's
+The config fixes everything: workload, time and length scale, rates, arrival window
+and drain, seeds (>= 3 repeats), memory, SLO, policies and engine settings. One
+random-weight model (`augserve make-model --untied`, built if missing). vLLM's
 OpenAI server and one `augserve serve --allow-scripted-tools` per policy are
-started on it with the same dtype (fp32), KV memory (`--kv-tokens`, in both as
-blocks of `--block-size` tokens), max batch tokens and max sequences, and all stay
-up; at each rate the same workload (`tool_workload.build_workload`: the INFERCEPT
-trace, Poisson arrivals, lengths and call times scaled) is replayed on each in
-turn, rotating which goes first; only one is busy at a time.
+started on it with the same dtype (fp32), block size, max batch tokens and max
+sequences, and equal KV memory: vLLM's pool (`memory.baseline_tokens`) equals
+augserve's device pool plus its host swap pool. At each (repeat, rate) the same
+seeded workload (`tool_workload.build_workload`: the INFERCEPT trace, Poisson
+arrivals, lengths and call times scaled) is replayed on each engine in turn,
+rotating which goes first; only one is busy at a time; the load average is
+recorded beside each replay.
 
 - vLLM: each call ends the request; the client sleeps the call's duration and
   resubmits the whole context plus the returned tokens (prefix caching on).
 - augserve: each request is sent once with its plan (`augserve_segments`); the
   call runs on the server (a scripted sleep) while the policy keeps, swaps or
-  drops the request's KV. With `--predictors oracle` (the default, and every run
-  before issue 24) the scheduler reads the plan, so it knows each call's true
-  duration and each segment's true length: an upper bound, since vLLM knows
-  nothing. `--predictors online` runs the server's default predictor instead,
-  which learns from the calls and segments it has seen and never reads the
-  plan (rows `augserve:POLICY+online`); give both to run them side by side.
+  drops the request's KV. `predictors: ["online"]` (the default) runs the
+  server's default predictor, which learns from the calls and segments it has
+  seen and never reads the plan (rows `augserve:POLICY+online`); `oracle` reads
+  the plan (each call's true duration): an upper bound, since vLLM knows nothing.
 
-One SLO for both, absolute, from vLLM's own batch-1 decode iteration measured
-first: TTFT < `--ttft-iterations` iterations, normalized latency < 10 iterations.
-augserve's scheduler is priced with its own engine's times, measured the same way
-on a probe server before the policy servers start. Servers run in their own process
-groups, are stopped by id (also on Ctrl-C / SIGTERM) and their ports freed; every
-wait is bounded.
+The SLO is absolute and read from the config (a calibration run timed vLLM's
+batch-1 decode: TTFT < `ttft_iterations` iterations, normalized latency < 10);
+it is never re-derived during a comparison. augserve's scheduler is priced with
+its own engine's times, measured on a probe server before the policy servers
+start. The result file (`augserve.bench.protocol`) holds per cell the per-repeat
+attainment, goodput and load, their means with 95% t intervals, and each
+engine's SLO capacity with its interval. Servers run in their own process
+groups, are stopped by id (also on Ctrl-C / SIGTERM) and their ports freed;
+every wait is bounded.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import os
 import signal
@@ -50,7 +58,14 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from bench_plugin import CPU_ENV, VLLM_PY, prefill_time  # noqa: E402
-from bench_tools_report import report, row_for  # noqa: E402
+from bench_tools_protocol import (  # noqa: E402
+    apply_config,
+    build_result,
+    calibrated,
+    cells_table,
+    slo_config,  # noqa: E402
+)
+from bench_tools_report import row_for, table  # noqa: E402
 from common import cpu_flags  # noqa: E402
 from session_loop import augserve_turn_extras, plain_turn_extras, replay_agents  # noqa: E402
 from tool_workload import (  # noqa: E402
@@ -62,10 +77,10 @@ from tool_workload import (  # noqa: E402
     free_port,
     replay,
     replay_scripted,
-    slo_from_iteration,
 )
 from tools_profile import fitted_profile, kv_bytes, swap_bandwidth, write_profile  # noqa: E402
 
+from augserve.bench.protocol import ComparisonConfig  # noqa: E402
 from augserve.sched.policies import POLICIES as REGISTRY  # noqa: E402
 
 AUGSERVE = ROOT / ".venv" / "bin" / "augserve"
@@ -88,11 +103,12 @@ def vllm_server(args: argparse.Namespace, log: Path) -> ManagedServer:
         "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
         "--enable-prefix-caching", "--seed", "0", "--disable-uvicorn-access-log",
         "--block-size", str(args.block_size),
-        "--num-gpu-blocks-override", str(args.kv_tokens // args.block_size),
+        "--num-gpu-blocks-override", str(args.vllm_kv_tokens // args.block_size),
         "--max-num-batched-tokens", str(args.max_batch_tokens),
         "--max-num-seqs", str(args.max_num_seqs),
     ]  # fmt: skip
     env = {**os.environ, **{k: os.environ.get(k, v) for k, v in CPU_ENV.items()}}
+    env["VLLM_CPU_OMP_THREADS_BIND"] = args.vllm_omp_threads_bind  # the config's, not the shell's
     return ManagedServer(argv, port, env, log)
 
 
@@ -148,69 +164,35 @@ def run_point(
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--config", required=True,
+        help="the committed comparison config (benchmarks/configs/*.json): workload, time "
+        "scale, rates, durations, seeds, memory, SLO and engine settings (docs/benchmarking.md)",
+    )  # fmt: skip
+    p.add_argument(
+        "--calibrate", action="store_true",
+        help="the calibration run (not part of any comparison): time vLLM's batch-1 decode "
+        "and write the SLO into --config; commit it before the comparison runs",
+    )  # fmt: skip
     p.add_argument("--model", default=None, help="model dir (default: built under the output)")
-    p.add_argument("--preset", default="small", choices=("tiny", "small", "100m"))
-    p.add_argument("--rates", type=float, nargs="+", default=[1.0, 2.0, 3.0, 4.0])
-    p.add_argument("--policies", nargs="+", default=["vllm", "infercept", "augserve"])
-    p.add_argument(
-        "--predictors", nargs="+", choices=("oracle", "online"), default=["oracle"],
-        help="augserve's predictor: oracle (reads each request's plan: an upper bound) "
-        "and/or online (the server's default: learned from its own traffic)",
-    )  # fmt: skip
-    p.add_argument(
-        "--workload", choices=("infercept", "agent-sessions"), default="infercept",
-        help="infercept: server-side calls for augserve (scripted plans), client-side for "
-        "vLLM; agent-sessions: multi-turn sessions, tools on the client for every engine, "
-        "driven by an `openai` agent loop (rates are sessions/s)",
-    )  # fmt: skip
-    p.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals per point")
-    p.add_argument("--drain", type=float, default=45.0, help="seconds allowed after arrivals")
-    p.add_argument("--length-scale", type=float, default=0.25)
-    p.add_argument("--time-scale", type=float, default=0.1)
-    p.add_argument("--ttft-iterations", type=float, default=40.0)
-    p.add_argument(
-        "--slo-iteration", type=float, default=None, metavar="SECONDS",
-        help="the decode iteration the SLO is built from (default: vLLM's, measured first); "
-        "give an earlier run's to add points judged by the same SLO",
-    )  # fmt: skip
-    p.add_argument(
-        "--vllm-only", action="store_true",
-        help="run real vLLM alone (no augserve server): e.g. more rates for an earlier run",
-    )  # fmt: skip
-    p.add_argument("--block-size", type=int, default=32)
-    p.add_argument("--kv-tokens", type=int, default=4096, help="KV cache of both, in tokens")
-    p.add_argument("--swap-tokens", type=int, default=4096, help="augserve's host KV, tokens")
     p.add_argument(
         "--swap-bandwidth", type=float, default=None,
         help="bytes/s in augserve's profile (default: measured on this machine, request-sized)",
     )  # fmt: skip
-    p.add_argument(
-        "--profile", choices=("fitted", "flat"), default="fitted",
-        help="augserve's latency profile: fitted on the engine over batch shapes "
-        "(`augserve profile --quick`), or flat (one decode iteration, whatever the batch)",
-    )  # fmt: skip
-    p.add_argument(
-        "--server-slo", choices=("bench", "paper"), default="bench",
-        help="the SLO augserve's scheduler is told: the benchmark's (from vLLM's step) "
-        "or none, i.e. the paper's default (TTFT 1 s, 10 iterations of the profile)",
-    )  # fmt: skip
-    p.add_argument("--max-batch-tokens", type=int, default=2048)
-    p.add_argument("--max-num-seqs", type=int, default=128)
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="augserve's torch threads (1: on this loaded 2-core machine 2 threads made each "
-        "small-model step ~9x slower, waiting on each other)",
-    )
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/vs_vllm/tools/results.json")
     args = p.parse_args()
+    raw = json.loads(Path(args.config).read_text())
+    args.raw_config = raw
+    if args.calibrate:  # the SLO is what the calibration writes: any placeholder is fine
+        raw = {**raw, "slo": {"ttft_s": 1.0, "norm_latency_s": 1.0, "source": "uncalibrated"}}
+    try:
+        args.cfg = ComparisonConfig.from_dict(raw)
+        apply_config(args, args.cfg)
+    except (ValueError, TypeError) as exc:
+        p.error(f"--config {args.config}: {exc}")
     for pol in args.policies:
         if pol not in POLICIES:
-            p.error(f"--policies: unknown policy {pol!r} (one of {', '.join(POLICIES)})")
-    if args.kv_tokens % args.block_size:
-        p.error("--kv-tokens must be a multiple of --block-size")
+            p.error(f"--config: unknown policy {pol!r} (one of {', '.join(POLICIES)})")
     return args
 
 
@@ -224,12 +206,26 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     servers: list[ManagedServer] = []
     try:
+        if args.calibrate:
+            calibrate(args, out, servers)
+            return
         result = bench(args, out, servers)
     finally:
         for srv in servers:
             srv.stop()
     print(result["table"])
-    print(f"\n{result['slo_text']}; written to {out}")
+    print(f"\nSLO: {result['slo']['source']}; written to {out}")
+
+
+def calibrate(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> None:
+    """vLLM's batch-1 decode iteration, timed three times on its own server; the SLO
+    built from it written into the config (not a comparison: nothing else runs)."""
+    vllm = start(vllm_server(args, out.with_name("server-vllm-calibration.log")), servers)
+    steps = [asyncio.run(decode_iteration_time(vllm.base_url, "m")) for _ in range(3)]
+    command = " ".join([sys.executable, *sys.argv])
+    cfg = calibrated(args.raw_config, steps, args.config, command, args.ttft_iterations)
+    Path(args.config).write_text(json.dumps(cfg, indent=2) + "\n")
+    print(f"calibrated: {cfg['slo']['source']}; written to {args.config}", flush=True)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -273,56 +269,53 @@ def _augserve_servers(
 
 
 def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> dict[str, Any]:
+    """Every repeat (a seed of the config) of every rate on every engine, in one run;
+    the engines alternate which goes first; the result file of the protocol."""
     t_start = time.monotonic()
+    cfg, slo = args.cfg, slo_config(args.cfg)
     vllm = start(vllm_server(args, out.with_name("server-vllm.log")), servers)
     v_iter, v_prefill = measure(vllm)
-    slo_iter = v_iter if args.slo_iteration is None else args.slo_iteration
-    slo = slo_from_iteration(slo_iter, args.ttft_iterations)
-    src = "vLLM's batch-1 decode iteration" if args.slo_iteration is None else "--slo-iteration"
-    slo_text = (
-        f"SLO (from {src} {slo_iter * 1e3:.1f} ms): TTFT < "
-        f"{slo.ttft_slo:.2f} s, normalized latency < {slo.norm_latency_slo:.3f} s/token"
-    )
     print(f"vLLM: decode {v_iter * 1e3:.1f} ms, 256-token prefill {v_prefill * 1e3:.0f} ms; "
-          f"{slo_text}", flush=True)  # fmt: skip
-    a_iter = a_prefill = float("nan")
+          f"SLO from the config: {cfg.slo.source}", flush=True)  # fmt: skip
     named: dict[str, ManagedServer] = {"vllm": vllm}
-    if not args.vllm_only:
-        a_iter, a_prefill = _augserve_servers(args, out, slo, servers, named)
+    a_iter, a_prefill = _augserve_servers(args, out, slo, servers, named)
     vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
     scale = Scale(length=args.length_scale, time=args.time_scale)
     rows: list[dict[str, Any]] = []
     names = list(named)
-    for k, rate in enumerate(args.rates):
-        workload = build_workload(rate, args.duration, args.seed + k, scale, vocab,
-                                  args.workload)  # fmt: skip
-        order = names[k % len(names) :] + names[: k % len(names)]
-        for name in order:
-            load = os.getloadavg()[0]
-            agents = args.workload == "agent-sessions"
-            deadline = args.duration + args.drain
-            result, ttfts = run_point(name, named[name], workload, deadline, agents)
-            rows.append(row_for(rate, name, result, slo, args, load, ttfts))
-            time.sleep(3.0)
-    result: dict[str, Any] = {
-        "command": " ".join([sys.executable, *sys.argv]),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "wall_s": round(time.monotonic() - t_start, 1),
-        "cpu": cpu_flags(),
-        "load_avg_at_end": os.getloadavg(),
-        "vllm": {"iteration_s": v_iter, "prefill_256_s": v_prefill},
-        "augserve": {"iteration_s": a_iter, "prefill_256_s": a_prefill},
-        "slo": {"ttft_s": slo.ttft_slo, "norm_latency_s_per_token": slo.norm_latency_slo},
-        "slo_text": slo_text,
-        "scale": vars(scale),
-        "args": {k: v for k, v in vars(args).items()},
-        "servers": {name: " ".join(srv.argv[1:]) for name, srv in named.items()},
-        "cpu_env": {k: os.environ.get(k, v) for k, v in CPU_ENV.items()},
-        "rows": rows,
-    }
-    result["table"] = report(result)
+    for rep in range(len(cfg.seeds)):
+        for k, rate in enumerate(cfg.rates):
+            seed = cfg.workload_seed(rep, k)
+            workload = build_workload(rate, args.duration, seed, scale, vocab, args.workload)
+            turn = (rep + k) % len(names)
+            for name in names[turn:] + names[:turn]:
+                rows.append(_cell_run(args, name, named[name], workload, slo, rate, rep, seed))
+    result = build_result(
+        cfg, args.config, " ".join([sys.executable, *sys.argv]), rows,
+        wall_s=round(time.monotonic() - t_start, 1), cpu=cpu_flags(),
+        vllm={"iteration_s": v_iter, "prefill_256_s": v_prefill},
+        augserve={"iteration_s": a_iter, "prefill_256_s": a_prefill},
+        servers={name: " ".join(srv.argv[1:]) for name, srv in named.items()},
+        cpu_env={**{k: os.environ.get(k, v) for k, v in CPU_ENV.items()},
+                 "VLLM_CPU_OMP_THREADS_BIND": args.vllm_omp_threads_bind},
+        swap_bandwidth=args.swap_bandwidth,
+    )  # fmt: skip
+    result["table"] = table(rows) + "\n\n" + cells_table(result)
     out.write_text(json.dumps(result, indent=2))
     return result
+
+
+def _cell_run(
+    args: argparse.Namespace, name: str, srv: ManagedServer, workload: list[Any], slo: Any,
+    rate: float, rep: int, seed: int,
+) -> dict[str, Any]:  # fmt: skip
+    """One replay of one cell's workload on one engine: its row, with the load beside."""
+    load = os.getloadavg()[0]
+    agents = args.workload == "agent-sessions"
+    result, ttfts = run_point(name, srv, workload, args.duration + args.drain, agents)
+    row = row_for(rate, name, result, slo, args, load, ttfts)
+    time.sleep(3.0)
+    return {**row, "repeat": rep, "seed": seed}
 
 
 if __name__ == "__main__":

@@ -381,9 +381,22 @@ def streamed(sent: float, stamps: Sequence[float]) -> bool:
 
 
 def free_port() -> int:
+    """A free local port: the first free one of `BENCH_PORTS` ("LOW-HIGH", for a
+    machine whose users each have a range), else any the kernel gives."""
+    span = os.environ.get("BENCH_PORTS")
+    if span:
+        low, high = (int(x) for x in span.split("-"))
+        for port in range(low, high + 1):
+            if port_free(port) and port not in _TAKEN:
+                _TAKEN.add(port)
+                return port
+        raise RuntimeError(f"BENCH_PORTS {span}: no free port")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_TAKEN: set[int] = set()  # handed out by free_port (a server may not have bound it yet)
 
 
 def port_free(port: int) -> bool:
