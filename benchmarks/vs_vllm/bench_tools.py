@@ -290,6 +290,8 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
             turn = (rep + k) % len(names)
             for name in names[turn:] + names[:turn]:
                 rows.append(_cell_run(args, name, named[name], workload, slo, rate, rep, seed))
+                with out.with_suffix(".rows.jsonl").open("a") as fh:  # kept if the run dies
+                    fh.write(json.dumps(rows[-1]) + "\n")
     result = build_result(
         cfg, args.config, " ".join([sys.executable, *sys.argv]), rows,
         wall_s=round(time.monotonic() - t_start, 1), cpu=cpu_flags(),
