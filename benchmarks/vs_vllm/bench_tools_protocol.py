@@ -19,9 +19,10 @@ from augserve.bench import protocol
 from augserve.bench.report import git_commit
 from augserve.core.metrics import SLOConfig
 
-# the engine settings a config may fix, with the defaults of every run since issue 24
+# the engine settings a config may fix, with their defaults; `policies` are augserve's
+# (augserve's own `vllm` policy is not real vLLM, which always runs)
 SETTINGS: dict[str, Any] = {
-    "policies": ["vllm", "augserve"], "predictors": ["online"], "block_size": 32,
+    "policies": ["augserve"], "predictors": ["online"], "block_size": 32,
     "max_batch_tokens": 2048, "max_num_seqs": 128, "threads": 1, "ttft_iterations": 40.0,
     "profile": "fitted", "server_slo": "bench", "preset": "small",
     "vllm_omp_threads_bind": "0",  # vLLM's OpenMP threads: one, as augserve's --threads 1
