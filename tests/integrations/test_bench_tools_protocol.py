@@ -124,3 +124,19 @@ def test_the_committed_config_is_calibrated_with_equal_memory() -> None:
     assert m.augserve_device_tokens + m.augserve_host_tokens == m.baseline_tokens
     assert cfg.time_scale == 1.0 and len(cfg.seeds) >= 3
     assert "calibration" in cfg.slo.source and cfg.calibration["vllm_iterations_s"]
+
+
+PROTOCOL_RESULTS = sorted((ROOT / "docs" / "data").glob("vs-vllm-*-protocol*.json"))
+
+
+@pytest.mark.parametrize("path", PROTOCOL_RESULTS, ids=lambda p: p.name)
+def test_committed_protocol_results_have_every_field(path: Path) -> None:
+    result = btp.read(path)  # the schema: command, commit, date, load, memory, slo, ...
+    assert result["repeats"] >= protocol.MIN_REPEATS
+    m = result["memory"]
+    assert m["augserve_device_tokens"] + m["augserve_host_tokens"] == m["baseline_tokens"]
+    assert result["slo"]["source"].startswith(result["config"])
+    for cell in result["cells"]:
+        assert len(set(cell["seeds"])) == result["repeats"]
+        assert cell["attainment_interval"]["n"] == result["repeats"]
+    assert "vllm" in result["capacity"]
