@@ -135,7 +135,9 @@ def test_committed_protocol_results_have_every_field(path: Path) -> None:
     assert result["repeats"] >= protocol.MIN_REPEATS
     m = result["memory"]
     assert m["augserve_device_tokens"] + m["augserve_host_tokens"] == m["baseline_tokens"]
-    assert result["slo"]["source"].startswith(result["config"])
+    named = result["slo"]["source"].split(":", 1)[0]  # the committed config it came from
+    assert named.startswith("benchmarks/configs/") and (ROOT / named).is_file()
+    assert protocol.load_config(ROOT / result["config"]).slo.source == result["slo"]["source"]
     for cell in result["cells"]:
         assert len(set(cell["seeds"])) == result["repeats"]
         assert cell["attainment_interval"]["n"] == result["repeats"]
