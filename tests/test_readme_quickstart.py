@@ -5,6 +5,7 @@ when it cannot be had). A README that drifts from the code fails here."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -86,10 +87,8 @@ def start_block(block: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[
 
 def kill_group(proc: subprocess.Popen[str]) -> None:
     """Whatever happened, no server of a block outlives the test."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def finish(proc: subprocess.Popen[str]) -> str:
