@@ -345,8 +345,9 @@ def summarize(records: Sequence[Request], slo: SLOConfig, window: float) -> Metr
 
 
 def slo_from_iteration(iteration_s: float, ttft_iterations: float = 40.0) -> SLOConfig:
-    """One absolute SLO: normalized latency < 10 iterations, TTFT < `ttft_iterations`."""
-    return SLOConfig(norm_latency_slo=10.0 * iteration_s, ttft_slo=ttft_iterations * iteration_s)
+    """One absolute SLO: the paper's normalized latency (10 iterations per token) and a
+    TTFT of `ttft_iterations` iterations."""
+    return SLOConfig.from_iteration_time(iteration_s, ttft_slo=ttft_iterations * iteration_s)
 
 
 async def decode_iteration_time(
