@@ -93,6 +93,11 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
         help="server-side tools, YAML/JSON (default: none; docs/server.md)",
     )  # fmt: skip
     g.add_argument(
+        "--offer-server-tools", default="request", choices=("request", "always"),
+        help="request: a server tool is in a request's prompt only when the request declares "
+        "it in tools or names it in server_tools; always: in every request's" + D,
+    )  # fmt: skip
+    g.add_argument(
         "--chat-template", default=None, metavar="FILE",
         help="a Jinja chat template file (default: the model's, else ChatML)",
     )  # fmt: skip
@@ -366,6 +371,7 @@ def _serve(args: argparse.Namespace) -> int:
         limits,
         SLOConfig(args.slo_norm_latency, args.slo_ttft),
         allow_scripted_tools=args.allow_scripted_tools,
+        offer_server_tools=args.offer_server_tools,
     )
     aengine = AsyncLLMEngine(build_engine(eargs))
     state = build_state(aengine, model, opts)

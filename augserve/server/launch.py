@@ -38,9 +38,22 @@ from augserve.server.middleware import timed_protocol
 from augserve.server.predictions import apply_tool_priors
 from augserve.server.state import ServerLimits, ServerState
 from augserve.server.tool_config import ToolsConfig
-from augserve.server.tool_registry import ToolRegistry
+from augserve.server.tool_registry import OFFER_MODES, ToolRegistry
 
 log = logging.getLogger("augserve.server")
+# the listening sockets of the servers this process runs: a fork of the process (a tool
+# calling os.fork) closes them at once, so that no child can hold the port after we exit
+_LISTENERS: set[int] = set()
+
+
+def _close_listeners() -> None:
+    for fd in _LISTENERS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LISTENERS.clear()
+
+
+os.register_at_fork(after_in_child=_close_listeners)
 
 
 @dataclass(frozen=True)
@@ -54,8 +67,13 @@ class ServeOptions:
     limits: ServerLimits = ServerLimits()
     slo: SLOConfig = SLOConfig(norm_latency_slo=0.1, ttft_slo=1.0)
     allow_scripted_tools: bool = False  # accept scripted tool plans (server/scripted.py)
+    offer_server_tools: str = "request"  # or "always" (`ToolRegistry`)
 
     def __post_init__(self) -> None:
+        if self.offer_server_tools not in OFFER_MODES:
+            raise ValueError(
+                f"offer_server_tools must be one of {OFFER_MODES}, got {self.offer_server_tools!r}"
+            )
         if not self.served_model_names or not all(self.served_model_names):
             raise ValueError("served_model_names must hold at least one non-empty name")
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_PARSERS:
@@ -88,7 +106,7 @@ def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> Serv
         aengine,
         template,
         parser,
-        ToolRegistry(tools),
+        ToolRegistry(tools, opts.offer_server_tools),
         metrics,
         opts.served_model_names,
         opts.limits,
@@ -107,6 +125,13 @@ class GracefulServer(uvicorn.Server):
         super().__init__(config)
         self.state = state
         self.signals = 0
+        self.listen_fds: set[int] = set()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        servers = getattr(self, "servers", [])
+        self.listen_fds = {s.fileno() for srv in servers for s in (srv.sockets or ())}
+        _LISTENERS.update(self.listen_fds)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -134,6 +159,7 @@ class GracefulServer(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await drain(self.state, self.state.limits.shutdown_grace)  # the listener is open
+        _LISTENERS.difference_update(self.listen_fds)  # they close now (their numbers go)
         await super().shutdown(sockets)
 
 
