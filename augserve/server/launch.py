@@ -1,14 +1,16 @@
 """Building a server from its settings, and running it on uvicorn.
 
-`build_state` loads the engine, the chat template, the tool parser, the tools file
-and the metrics. `serve_forever` runs uvicorn in the foreground. The first SIGINT or
-SIGTERM starts the drain: /health answers 503 at once and new requests get 503, while
-the listener stays open; running requests get `shutdown_grace` seconds, the rest are
-aborted (their clients get finish_reason "abort"); then the listener closes, the
-engine stops, the MCP servers and tool workers close, and the process exits 0. A
-second signal exits at once (status 128 + the signal). Slow clients: a request head
-must arrive within `read_timeout` seconds, each body part too; a keep-alive
-connection idle for `idle_timeout` seconds is closed.
+`load_tools` reads and checks the tools file, imports its Python tools and checks its
+MCP commands: `augserve serve` calls it before the model loads, so that a typo is one
+line at once. `build_state` loads the chat template, the tool parser (and the tools,
+unless given) and the metrics around an engine. `serve_forever` runs uvicorn in the
+foreground. The first SIGINT or SIGTERM starts the drain: /health answers 503 at once
+and new requests get 503, while the listener stays open; running requests get
+`shutdown_grace` seconds, the rest are aborted (their clients get finish_reason
+"abort"); then the listener closes, the engine stops, the MCP servers and tool workers
+close, and the process exits 0. A second signal exits at once (status 128 + the signal).
+Slow clients: a request head must arrive within `read_timeout` seconds, each body part
+too; a keep-alive connection idle for `idle_timeout` seconds is closed.
 `BackgroundServer` runs the same server in a thread (tests, notebooks).
 """
 
@@ -37,6 +39,7 @@ from augserve.server.metrics import ServerMetrics
 from augserve.server.middleware import timed_protocol
 from augserve.server.predictions import apply_tool_priors
 from augserve.server.state import ServerLimits, ServerState
+from augserve.server.tool_checks import check_commands
 from augserve.server.tool_config import ToolsConfig
 from augserve.server.tool_registry import OFFER_MODES, ToolRegistry
 
@@ -70,6 +73,8 @@ class ServeOptions:
     offer_server_tools: str = "request"  # or "always" (`ToolRegistry`)
 
     def __post_init__(self) -> None:
+        if self.chat_template is not None and not Path(self.chat_template).is_file():
+            raise ValueError(f"--chat-template: no such file {self.chat_template!r}")
         if self.offer_server_tools not in OFFER_MODES:
             raise ValueError(
                 f"offer_server_tools must be one of {OFFER_MODES}, got {self.offer_server_tools!r}"
@@ -92,13 +97,26 @@ def load_template(model_dir: str | Path, override: str | None) -> ChatTemplate:
     return tpl
 
 
-def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> ServerState:
-    """Everything but the engine itself, which the caller builds (`build_engine`)."""
+def load_tools(tools_file: str | None, offer: str = "request") -> ToolRegistry:
+    """The tools file read and checked, its Python tools imported and their schemas
+    checked, its stdio MCP commands found (ValueError/OSError naming the problem);
+    MCP servers connect later, in the server's loop (`ToolRegistry.start`)."""
+    config = ToolsConfig.from_file(tools_file) if tools_file else ToolsConfig()
+    check_commands(config)
+    return ToolRegistry(config, offer)
+
+
+def build_state(
+    aengine: Any, model_dir: str | Path, opts: ServeOptions, registry: ToolRegistry | None = None
+) -> ServerState:
+    """Everything but the engine itself, which the caller builds (`build_engine`), and
+    the tools, which it may have loaded first (`load_tools`)."""
     template = load_template(model_dir, opts.chat_template)
     parser = opts.tool_call_parser or detect_tool_parser(template.source)
-    tools = ToolsConfig.from_file(opts.tools_file) if opts.tools_file else ToolsConfig()
+    if registry is None:
+        registry = load_tools(opts.tools_file, opts.offer_server_tools)
     engine = aengine.engine
-    apply_tool_priors(engine.predictor, tools)
+    apply_tool_priors(engine.predictor, registry.config)
     metrics = ServerMetrics(
         aengine.stats, opts.slo, engine.predictor, getattr(engine, "latency_source", "default")
     )
@@ -106,7 +124,7 @@ def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> Serv
         aengine,
         template,
         parser,
-        ToolRegistry(tools, opts.offer_server_tools),
+        registry,
         metrics,
         opts.served_model_names,
         opts.limits,

@@ -55,8 +55,9 @@ def check_python_target(target: str, where: str) -> None:
 def check_loaded(fn: Callable[..., Any], target: str, where: str) -> None:
     """The module the loaded callable really comes from (a re-export of os.system)."""
     module = unsafe_module(getattr(fn, "__module__", None))
-    if module is None and getattr(fn, "__self__", None) is not None:  # a bound builtin
-        module = unsafe_module(type(fn.__self__).__module__)
+    owner = getattr(fn, "__self__", None)
+    if module is None and owner is not None:  # a bound method of an unsafe module's object
+        module = unsafe_module(type(owner).__module__)
     if module is not None:
         raise ValueError(_refusal(target, where, module))
 
