@@ -162,7 +162,10 @@ class RequestTools:
                 )
         elif choice == "required" and not self.definitions:
             raise APIError(
-                400, "tool_choice is 'required' but no tools are available", param="tool_choice"
+                400,
+                "tool_choice is 'required' but no tools are available (declare them in "
+                "tools, or ask for the server's with server_tools)",
+                param="tool_choice",
             )
         self.parallel = req.parallel_tool_calls is True  # unset: the first client call ends it
         self.grammar = self._forced_grammar(choice) if self.enabled else None

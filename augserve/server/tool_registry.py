@@ -140,9 +140,16 @@ class ToolRegistry:
         for workers in self.workers.values():
             await workers.warm()
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = 5.0) -> None:
+        """Close everything; an MCP server that takes more than `timeout` seconds to
+        close is abandoned (the shutdown stays bounded whatever a tool does)."""
         for server in self.mcp_servers.values():
-            await server.close()
+            try:
+                await within(server.close(), timeout)
+            except TimeoutError:
+                log.warning(
+                    "MCP server %r did not close in %g s; left behind", server.name, timeout
+                )
         for workers in self.workers.values():
             await workers.close()
         for threads in self.threads.values():
