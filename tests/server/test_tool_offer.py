@@ -98,6 +98,18 @@ def test_a_call_of_a_server_tool_the_request_was_not_offered_does_not_run() -> N
     assert step.error == "unknown_tool" and len(sample.calls) == before
 
 
+def test_the_offer_flag() -> None:
+    from augserve.cli import build_parser
+
+    assert build_parser().parse_args(["serve"]).offer_server_tools == "request"
+    args = build_parser().parse_args(["serve", "--offer-server-tools", "always"])
+    assert args.offer_server_tools == "always"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--offer-server-tools", "sometimes"])
+    with pytest.raises(ValueError, match="offer must be one of"):
+        ToolRegistry(offer="sometimes")
+
+
 # --- over HTTP ---------------------------------------------------------------------------
 def chat(srv: LiveServer, **body: Any) -> dict[str, Any]:
     body = {"model": MODEL, "messages": HI, **body}
