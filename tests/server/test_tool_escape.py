@@ -39,18 +39,18 @@ def registry(*tools: dict) -> ToolRegistry:
 
 
 def test_async_tool_that_swallows_cancellation_is_abandoned_at_its_deadline() -> None:
-    """It catches CancelledError and goes on for 3 s: the model gets the timeout at
+    """It catches CancelledError and goes on for 1.5 s: the model gets the timeout at
     0.3 s, and the result it returns later is never read."""
     sample.stubborn_done.clear()
     reg = registry(py_tool("stubborn", "stubborn", timeout=0.3))
 
     async def go() -> tuple[ToolOutcome, bool]:
-        out = await reg.run(ParsedCall("stubborn", {"seconds": 3.0}))
+        out = await reg.run(ParsedCall("stubborn", {"seconds": 1.5}))
         return out, sample.stubborn_done.is_set()
 
     out, finished_first = asyncio.run(go())
     assert out.error == "timeout" and "timed out after 0.3 s" in out.text
-    assert not finished_first  # answered before the tool gave up its 3 s
+    assert not finished_first  # answered before the tool gave up its 1.5 s
     assert reg.loops["stubborn"].running == 1  # abandoned, still running on its own loop
     assert sample.stubborn_done.wait(30)  # it ended by itself; its result went nowhere
     reg.loops["stubborn"].close()
