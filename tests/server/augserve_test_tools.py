@@ -88,15 +88,19 @@ def crash() -> None:
 
 
 # --- tools that try to escape (test_tool_escape.py) -----------------------------------------
-stubborn_done = threading.Event()  # set when `stubborn` finally returns
+stubborn_done = threading.Event()  # set when `stubborn` finally returns ...
 entered = threading.Event()  # `blocks_its_loop` is inside its blocking wait
 release = threading.Event()  # ... which ends when this is set
 
 
+stubborn_release = threading.Event()  # ... or when this is set
+
+
 async def stubborn(seconds: float = 3.0) -> str:
-    """Swallows every cancellation and goes on for `seconds`, then returns."""
+    """Swallows every cancellation and goes on for `seconds` (or until
+    `stubborn_release`), then returns."""
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end and not stubborn_release.is_set():
         try:
             await asyncio.sleep(0.05)
         except asyncio.CancelledError:  # noqa: SIM105 (swallowed on purpose, visibly)
