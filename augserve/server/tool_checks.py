@@ -15,10 +15,9 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from augserve.server.tool_config import ToolsConfig
+PYTHONS = ("python", "python3")  # an MCP `command` that means our own interpreter
 
 # top-level modules whose callables are refused as tools (docs/server.md lists them)
 UNSAFE_MODULES = frozenset(
@@ -62,10 +61,9 @@ def check_loaded(fn: Callable[..., Any], target: str, where: str) -> None:
         raise ValueError(_refusal(target, where, module))
 
 
-def check_commands(config: ToolsConfig) -> None:
-    """Every stdio MCP server's program exists, and its cwd is a folder."""
-    from augserve.server.mcp_stdio import PYTHONS  # `command: python`: our interpreter
-
+def check_commands(config: Any) -> None:
+    """Every stdio MCP server's program exists, and its cwd is a folder (`config`: a
+    `tool_config.ToolsConfig`, which imports this module)."""
     for spec in config.mcp_servers:
         where = f"mcp_servers: {spec.name!r}"
         if spec.cwd is not None and not os.path.isdir(spec.cwd):
