@@ -29,9 +29,10 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from augserve.core.prediction import Prediction
 from augserve.core.request import Request, Segment
@@ -44,6 +45,7 @@ from augserve.sched.output import SchedulerStats
 log = logging.getLogger("augserve.engine")
 
 _Item = RequestOutput | BaseException
+_T = TypeVar("_T")
 FAILURES_UNHEALTHY = 3  # failed steps in a row that make the engine unhealthy
 
 
@@ -95,7 +97,7 @@ class AsyncLLMEngine:
         self._adds: list[_Add] = []  # arrivals while a step runs, applied after it
         self._aborts: list[str] = []  # aborts while a step runs, applied after it
         self._stepping = False  # a step is running in the worker thread
-        self._inflight: asyncio.Future[EngineStep] | None = None
+        self._inflight: asyncio.Future[Any] | None = None
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
@@ -203,18 +205,21 @@ class AsyncLLMEngine:
             self.engine.abort(rid)
 
     async def _step(self) -> EngineStep:
-        """One engine step on the engine's thread; the loop stays free meanwhile. If the
-        loop is cancelled mid-step the step still completes (`shutdown` waits for it),
-        and the engine is not touched from the loop until it has."""
+        """One engine step on the engine's thread; the loop stays free meanwhile."""
+        return await self._on_engine_thread(self._guarded_step)
+
+    async def _on_engine_thread(self, fn: Callable[[], _T]) -> _T:
+        """Run `fn` (a step, a piece of the latency fit) on the engine's thread. If the
+        loop is cancelled meanwhile `fn` still completes (`shutdown` waits for it), and
+        the engine is not touched from the loop until it has."""
         if not self.step_in_thread:
-            return self._guarded_step()
+            return fn()
         if self._step_pool is None:
             self._step_pool = ThreadPoolExecutor(1, thread_name_prefix="augserve-engine")
         self._stepping = True
         loop = asyncio.get_running_loop()
-        fut = self._inflight = asyncio.ensure_future(
-            loop.run_in_executor(self._step_pool, self._guarded_step)
-        )
+        fut = asyncio.ensure_future(loop.run_in_executor(self._step_pool, fn))
+        self._inflight = fut
         fut.add_done_callback(self._step_done)
         return await asyncio.shield(fut)
 
@@ -266,6 +271,11 @@ class AsyncLLMEngine:
     def _step_done(self, _: object) -> None:
         self._stepping = False
 
+    def start(self) -> None:
+        """Start the engine loop now (the server's start-up: a background latency fit
+        runs from here), not at the first request; call it on the running loop."""
+        self._ensure_started()
+
     def _ensure_started(self) -> None:
         if self._loop_task is None or self._loop_task.done():
             self._wake = asyncio.Event()
@@ -286,6 +296,10 @@ class AsyncLLMEngine:
                 continue
             if step is not None:
                 self._dispatch(step)
+            if self.engine.latency_fit is not None:  # one shape of it between steps
+                await self._on_engine_thread(self.engine.fit_step)
+                await asyncio.sleep(0)
+                continue
             if step is None or step.idle:
                 if not (self._returns or self._adds or self._aborts):  # sleep until news
                     self._wake.clear()

@@ -82,7 +82,10 @@ def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> Serv
     engine = aengine.engine
     apply_tool_priors(engine.predictor, tools)
     metrics = ServerMetrics(
-        aengine.stats, opts.slo, engine.predictor, getattr(engine, "latency_source", "default")
+        aengine.stats,
+        opts.slo,
+        engine.predictor,
+        lambda: getattr(engine, "latency_source", "default"),
     )
     state = ServerState(
         aengine,
