@@ -54,7 +54,7 @@ def empty_cache(tmp: Path) -> Path:
 def start(port: int, cache: Path, log: Path) -> tuple[subprocess.Popen[bytes], float]:
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    cmd = [sys.executable, "-m", "augserve.cli", "serve", "--model", "smollm2"]
+    cmd = [sys.executable, "-m", "augserve", "serve", "--model", "smollm2"]
     cmd += ["--port", str(port), "--log-level", "info"]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
@@ -145,6 +145,8 @@ def trial(kind: str, args: argparse.Namespace) -> dict[str, Any]:
             proc.terminate()
             proc.wait(60)
             row["log_tail"] = (Path(tmp) / "server.log").read_text().splitlines()[-12:]
+            if "health_s" not in row:
+                print("\n".join(row["log_tail"]), file=sys.stderr)
         row["load_avg_at_end"] = os.getloadavg()[0]
         return row
 

@@ -17,6 +17,11 @@ one), a new request is predicted in a worker thread before it joins the
 scheduler, and a returned call's next segment is predicted before its result
 is handed back, so the loop never waits on a predictor.
 
+A latency fit still to do (`LLMEngine.latency_fit`, `background_fit.py`: the
+server's start-up fit when nothing was cached) runs one batch shape per loop turn
+on the engine's thread, between two steps; the loop starts with the server
+(`start`), so the fit begins before the first request.
+
 A forward that raises aborts only its batch: those requests finish with reason
 "error" (their KV freed) and their `generate()` raises `RequestFailed`; the
 engine goes on with the next step. `healthy` turns False after

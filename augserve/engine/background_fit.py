@@ -34,8 +34,10 @@ SWAP_BLOCKS = 64  # blocks copied each way to time the host link
 
 
 def time_one(runner: ModelRunner, spec: profiler.BatchSpec, blocks: Sequence[int]) -> float:
-    """Seconds for the batch on `blocks` (a warm-up, then one timed run)."""
-    return profiler.time_batch(runner, spec, repeats=1, blocks=blocks)
+    """Seconds for the batch on `blocks`: a warm-up, then the faster of two timed runs
+    (a busy machine only ever adds time; one run was the start-up fit's, and a single
+    slow sample is what made its held-out error reach hundreds of percent)."""
+    return profiler.time_batch(runner, spec, repeats=2, blocks=blocks)
 
 
 class SwitchableLatency:
