@@ -19,7 +19,8 @@ is handed back, so the loop never waits on a predictor.
 
 A latency fit still to do (`LLMEngine.latency_fit`, `background_fit.py`: the
 server's start-up fit when nothing was cached) runs one batch shape per loop turn
-on the engine's thread, between two steps; the loop starts with the server
+on the engine's thread, between two steps (back to back while the engine idles,
+else after every `FIT_EVERY` steps that computed); the loop starts with the server
 (`start`), so the fit begins before the first request.
 
 A forward that raises aborts only its batch: those requests finish with reason
@@ -52,6 +53,7 @@ log = logging.getLogger("augserve.engine")
 _Item = RequestOutput | BaseException
 _T = TypeVar("_T")
 FAILURES_UNHEALTHY = 3  # failed steps in a row that make the engine unhealthy
+FIT_EVERY = 8  # busy steps between two pieces of a background latency fit
 
 
 class RequestFailed(RuntimeError):
@@ -108,6 +110,7 @@ class AsyncLLMEngine:
         self._ids = itertools.count()
         self._failed: dict[str, str] = {}  # request id -> why its batch failed
         self._step_pool: ThreadPoolExecutor | None = None  # the engine's own thread
+        self._busy_steps = 0  # busy steps since the last piece of a latency fit
         self.failed_steps = 0  # steps that raised, in all
         self.failures_in_a_row = 0
         self.last_failure: str | None = None
@@ -301,7 +304,7 @@ class AsyncLLMEngine:
                 continue
             if step is not None:
                 self._dispatch(step)
-            if self.engine.latency_fit is not None:  # one shape of it between steps
+            if self._fit_turn(step):  # one shape of it between steps
                 await self._on_engine_thread(self.engine.fit_step)
                 await asyncio.sleep(0)
                 continue
@@ -311,6 +314,17 @@ class AsyncLLMEngine:
                     await self._wake.wait()
             else:
                 await asyncio.sleep(0)  # let call tasks and clients run
+
+    def _fit_turn(self, step: EngineStep | None) -> bool:
+        """Whether a piece of the latency fit runs now: at once while the engine idles,
+        else after every `FIT_EVERY` busy steps (requests slow down by a bounded share)."""
+        if self.engine.latency_fit is None:
+            return False
+        self._busy_steps = 0 if step is None or step.idle else self._busy_steps + 1
+        if self._busy_steps == 0 or self._busy_steps >= FIT_EVERY:
+            self._busy_steps = 0
+            return True
+        return False
 
     async def _iteration(self) -> EngineStep | None:
         self._apply_pending()
