@@ -1,12 +1,15 @@
 """The scheduler's latency model, fitted to this engine at start-up and cached.
 
 As vLLM profiles memory when it starts, the engine times a short grid of batch
-shapes (`startup_grid`: 12 prefills, decode batches and a mix, each once after a
-warm-up; seconds on a small model, with a progress line in the log), fits `LatencyProfile` to them
-(`profiler.profile_runner`) and measures the host link. The result is cached
+shapes (`startup_grid`: 12 prefills, decode batches and a mix, each the faster of two
+runs after a warm-up; seconds on a small model, with a progress line in the log),
+fits `LatencyProfile` to them (`profiler.profile_runner`) and measures the host
+link; `quality_line` says in words how good the fit is. The result is cached
 under `$XDG_CACHE_HOME/augserve/latency/` (as the default model is), keyed by
 the model files, dtype, device, thread count, KV layout, batch limit, machine
-and the profiler's own source, so the next start on the same machine reuses it.
+and the profiler's own source, so the next start on the same machine reuses it;
+a bad cache file (corrupt, or a NaN) is refitted (`read_cached`). The server fits
+after it answers (`background_fit.py`).
 
 `resolve_latency` says where the model came from: "file" (`--profile`, which
 always wins), "cached", "fitted", or "default" (the placeholder of
@@ -122,7 +125,7 @@ def fit_startup_profile(runner: ModelRunner, config: SchedulerConfig, name: str)
             log.info("profiling the engine's latency: %d/%d batch shapes", done, total)
 
     res = profiler.profile_runner(
-        runner, name, config.max_batch_tokens, repeats=1, progress=progress, specs=specs
+        runner, name, config.max_batch_tokens, repeats=2, progress=progress, specs=specs
     )
     log.info("%s", quality_line(res))
     return replace(res.profile, max_num_seqs=config.max_num_seqs)
@@ -166,7 +169,7 @@ def write_cached(where: Path, prof: LatencyProfile) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         return
-    log.info("latency model: fitted at start-up, cached at %s", where)
+    log.info("latency model: fit cached at %s (the next start reuses it)", where)
 
 
 def startup_latency(
