@@ -53,7 +53,7 @@ log = logging.getLogger("augserve.engine")
 _Item = RequestOutput | BaseException
 _T = TypeVar("_T")
 FAILURES_UNHEALTHY = 3  # failed steps in a row that make the engine unhealthy
-FIT_EVERY = 8  # busy steps between two pieces of a background latency fit
+FIT_EVERY = 32  # busy steps between two pieces of a background latency fit
 
 
 class RequestFailed(RuntimeError):
