@@ -202,6 +202,11 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
         "--threads", type=_positive_int, default=None,
         help="torch CPU threads (default: torch's)",
     )  # fmt: skip
+    g.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default=None,
+        help="torch.compile the model, before /health answers (default: on CUDA for "
+        "models of >= 20M parameters, off on CPU; AUGSERVE_COMPILE=0/1)",
+    )  # fmt: skip
     g.add_argument("--seed", type=int, default=0, help="sampling seed" + D)
 
 
@@ -326,7 +331,9 @@ def engine_args(args: argparse.Namespace, model: str) -> Any:
         predictor=args.predictor,
         profile=None if args.profile in (None, "default") else args.profile,
         fit_latency=args.profile is None,
+        fit_in_background=True,  # /health answers first; the fit runs while serving
         num_threads=args.threads,
+        compile=args.compile,
         seed=args.seed,
         session_ttl=args.session_ttl,
         scheduler=scheduler_overrides(args),

@@ -118,7 +118,10 @@ def build_state(
     engine = aengine.engine
     apply_tool_priors(engine.predictor, registry.config)
     metrics = ServerMetrics(
-        aengine.stats, opts.slo, engine.predictor, getattr(engine, "latency_source", "default")
+        aengine.stats,
+        opts.slo,
+        engine.predictor,
+        lambda: getattr(engine, "latency_source", "default"),
     )
     state = ServerState(
         aengine,
