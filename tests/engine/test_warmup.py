@@ -4,6 +4,7 @@ engine compiles at start-up for every shape it will see."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,15 @@ def test_cpu_does_not_compile_by_default(monkeypatch: pytest.MonkeyPatch, model:
     assert not engine.runner.compiled and compile_count() == before
 
 
+# compiling on an empty inductor cache takes minutes on two cores (5.5 min at load 20):
+# CI runs the default (eager) path; the compiled path is checked on demand
+SLOW = pytest.mark.skipif(
+    not os.environ.get("AUGSERVE_COMPILE_TESTS"),
+    reason="compiles for minutes on a CPU; set AUGSERVE_COMPILE_TESTS=1 to run it",
+)
+
+
+@SLOW
 def test_a_compiled_engine_compiles_before_serving_and_never_after(
     model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
