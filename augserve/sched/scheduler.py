@@ -27,6 +27,7 @@ from augserve.sched.output import (
     StepResult,
 )
 from augserve.sched.packing import Packer, pack_batch
+from augserve.sched.progress import Protection
 from augserve.sched.ranking import RankQueue
 from augserve.sched.sessions import extends, take_over_kv
 from augserve.sched.state import SchedulerState
@@ -78,12 +79,26 @@ class Scheduler(SchedulerState):
         if queue is None:
             candidates = list(self._runnable.values())
             out.chunks = pack_batch(
-                self.memory, self.policy, self.config, candidates, out.token_budget, now
+                self.memory,
+                self.policy,
+                self.config,
+                candidates,
+                out.token_budget,
+                now,
+                self.protection,
             )
         else:
             queue.advance(now)
             candidates = list(self._held.values())
-            packer = Packer(self.memory, self.policy, self.config, candidates, now, queue=queue)
+            packer = Packer(
+                self.memory,
+                self.policy,
+                self.config,
+                candidates,
+                now,
+                queue=queue,
+                protection=self.protection,
+            )
             out.chunks = packer.run(out.token_budget)
         running = RequestStatus.RUNNING
         for chunk in out.chunks:
@@ -106,8 +121,8 @@ class Scheduler(SchedulerState):
         for req in packer.admitted:
             queue.remove(req)
             held[req.request_id] = req
-        for req in packer.preempted:
-            if not (req.block_ids or req.host_block_ids):
+        for req in packer.preempted:  # a protected request stays out of the queue
+            if not (req.block_ids or req.host_block_ids or req.protected is not None):
                 del held[req.request_id]
                 queue.add(req, now)
 
@@ -158,6 +173,7 @@ class Scheduler(SchedulerState):
         client's: the request ended with "tool_calls" and is kept as a session."""
         if self.learner is not None:
             self.learner.observe_segment(req, True)
+        Protection.segment_done(req)
         self._drop_runnable(req)
         self._paused[req.request_id] = req
         tool = client_key(result.tool) if client else result.tool
