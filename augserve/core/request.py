@@ -155,7 +155,6 @@ class Request:
     # --- progress (sched/progress.py) ------------------------------------------
     num_preemptions: int = 0  # times its KV was taken while runnable, in this segment
     protected: int | None = None  # protection order once preempted too often (None: not)
-    admission: int = 0  # when it last got KV after holding none (the holders' order)
     # --- prefix cache (sched/prefix_cache.py) -----------------------------------
     num_cached_tokens: int = 0  # tokens of the context found in the prefix cache
     num_cached_prompt_tokens: int = 0  # prompt tokens hit at the first admission (usage)

@@ -73,7 +73,7 @@ class Packer:
         self.config = config
         self.now = now
         key = policy.key
-        self.protection = protection or Protection(None)
+        self.protection = protection or Protection(None, policy.preempt_key)
         self.first: list[Request] = []  # protected requests, offered first in their order
         self.held: list[Keyed] = []  # requests holding KV, fully sorted
         self.no_kv: list[Request] = []  # requests holding none: ranked only if memory allows
@@ -254,7 +254,6 @@ class Packer:
                 need = kv.blocks_needed(req, n)
         kv.allocate(req, need)
         if admitting:
-            self.protection.admitted(req)
             if kv.prefix is not None:
                 kv.prefix.count(req, hit)
             if self.gate is not None:
@@ -277,25 +276,16 @@ class Packer:
         return freed
 
     def _preempt_lower(self, blocks: int, holder: Request | None) -> int:
-        """Preempt unscheduled KV holders after `holder` in the order of taking KV,
-        the last first (`progress.py` rule 2): the policy's `preempt_key`, which does
-        not age (with AugServe's aging value two requests could otherwise preempt each
-        other forever), or, where that key moves with progress, admission order with
-        protected requests first."""
+        """Preempt unscheduled KV holders that `holder` outranks in the order of taking
+        KV (`progress.py` rule 2: protected requests first, then the policy's
+        `preempt_key`, which does not age), lowest-ranked first."""
         if holder is None:
             return 0
         freed = 0
         protection = self.protection
         rank = protection.order
         mine = rank(holder)
-        # the last in that order first (`holders`: the protected, then the others in
-        # the policy's order, which is the fixed order where there is one)
-        victims = (
-            reversed(self.holders)
-            if protection.fixed is not None
-            else sorted(self.holders, key=rank, reverse=True)
-        )
-        for victim in victims:
+        for victim in reversed(self.holders):  # the lowest-ranked first
             if freed >= blocks:
                 break
             if victim.request_id in self.scheduled or rank(victim) <= mine:

@@ -49,12 +49,11 @@ class SchedulerState:
         self.memory = MemoryManager(kv)
         self.prefix = kv.prefix
         self.policy = make_policy(config, latency, self)
-        # progress rule 2 (`progress.py`): the order of taking KV; protection where
-        # the policy's order moves (a fixed order makes progress without it)
+        # progress rule 2 (`progress.py`): protection where the policy's preemption
+        # order moves (a fixed order makes progress without it)
         policy = self.policy
-        fixed = policy.fixed_preempt_order
         self.protection = Protection(
-            None if fixed else config.max_preemptions, policy.preempt_key if fixed else None
+            None if policy.fixed_preempt_order else config.max_preemptions, policy.preempt_key
         )
         self.dynamic_budget = uses_dynamic_budget(config)
         self._runnable: dict[str, Request] = {}  # WAITING, RUNNING, RESUMABLE_SWAPPED
