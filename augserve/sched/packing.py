@@ -103,9 +103,13 @@ class Packer:
         frac = policy.admission_growth()
         self.gate = GrowthGate(frac, memory, self.holders) if frac is not None else None
         # growth first (`progress.py`): the holders cannot all grow from free + reclaimable
-        self.short = config.growth_first and (
-            growth_blocks(self.holders, self.block_size)
-            > self.pool.num_free_device + memory.reclaimable_blocks()
+        self.short = (
+            config.growth_first
+            and self.protection.engaged
+            and (
+                growth_blocks(self.holders, self.block_size)
+                > self.pool.num_free_device + memory.reclaimable_blocks()
+            )
         )
 
     def _waiting_top(self) -> Keyed | None:

@@ -44,6 +44,38 @@ from typing import Any
 from augserve.core.request import Request
 
 
+class ThrashMeter:
+    """Is preemption throwing work away faster than requests get anywhere? The rules
+    engage only while the computed tokens that preemption discarded exceed `budget`
+    per token of the segments that ended (finished, or reached their call), over a
+    window that decays by `decay` per iteration (~1 / (1 - decay) iterations). A
+    policy that preempts long requests to finish short ones (AugServe at overload)
+    ends many segments for what it throws away and keeps its own packing; a thrash
+    ends none."""
+
+    def __init__(self, budget: float | None, decay: float = 0.995) -> None:
+        self.budget = budget
+        self.decay = decay
+        self.done = 0.0  # tokens of the segments that ended, decayed
+        self.lost = 0.0  # computed tokens preemption threw away, decayed
+        self._seen = 0  # the memory manager's recomputed-token count last seen
+        self._ended = 0  # tokens of ended segments since the last iteration
+
+    @property
+    def engaged(self) -> bool:
+        return self.budget is None or self.lost > self.budget * self.done
+
+    def segment_ended(self, req: Request) -> None:
+        self._ended += req.num_tokens
+
+    def observe(self, recomputed_total: int) -> None:
+        """Once per iteration, with the memory manager's running recompute count."""
+        d = self.decay
+        self.done = self.done * d + self._ended
+        self.lost = self.lost * d + (recomputed_total - self._seen)
+        self._seen, self._ended = recomputed_total, 0
+
+
 class Protection:
     """Who may take KV from whom where the policy's order moves (rule 2)."""
 
@@ -53,13 +85,19 @@ class Protection:
         """`key`: the policy's `preempt_key`; `max_preemptions` None: never protect."""
         self.max_preemptions = max_preemptions
         self.key = key
+        self.engaged = True  # protections are handed out only while thrashing
         self._protected = 0  # protections handed out
 
     def preempted(self, req: Request) -> None:
         """`req` lost its KV to a preemption: count it, protect it at the limit."""
         req.num_preemptions += 1
         limit = self.max_preemptions
-        if limit is not None and req.protected is None and req.num_preemptions >= limit:
+        if (
+            limit is not None
+            and self.engaged
+            and req.protected is None
+            and req.num_preemptions >= limit
+        ):
             req.protected = self._protected
             self._protected += 1
 

@@ -75,6 +75,7 @@ class Scheduler(SchedulerState):
         if not self.config.lazy_eviction:
             self.memory.evict_all_reclaimable()
         out.token_budget = self._last_budget = self.token_budget()
+        self.protection.engaged = self.thrash.engaged  # the progress rules, while thrashing
         queue = self.queue
         if queue is None:
             candidates = list(self._runnable.values())
@@ -113,6 +114,7 @@ class Scheduler(SchedulerState):
             scheduled = {c.request.request_id for c in out.chunks}
             self.policy.after_schedule(candidates, scheduled, now)
         self.memory.kv.end()
+        self.thrash.observe(self.memory.recomputed_tokens)
         return out
 
     def _requeue(self, packer: Packer, queue: RankQueue, now: float) -> None:
@@ -174,6 +176,7 @@ class Scheduler(SchedulerState):
         if self.learner is not None:
             self.learner.observe_segment(req, True)
         Protection.segment_done(req)
+        self.thrash.segment_ended(req)
         self._drop_runnable(req)
         self._paused[req.request_id] = req
         tool = client_key(result.tool) if client else result.tool

@@ -24,7 +24,7 @@ from augserve.sched.kv_manager import KVManager
 from augserve.sched.memory import MemoryManager
 from augserve.sched.output import FinishedRequest, SchedulerStats, SchedulerUpdate
 from augserve.sched.policies import make_policy, uses_dynamic_budget, uses_prefix_caching
-from augserve.sched.progress import Protection
+from augserve.sched.progress import Protection, ThrashMeter
 from augserve.sched.ranking import RankQueue
 from augserve.sched.replan import Replanner
 from augserve.sched.sessions import SessionTable
@@ -55,6 +55,7 @@ class SchedulerState:
         self.protection = Protection(
             None if policy.fixed_preempt_order else config.max_preemptions, policy.preempt_key
         )
+        self.thrash = ThrashMeter(config.recompute_budget)
         self.dynamic_budget = uses_dynamic_budget(config)
         self._runnable: dict[str, Request] = {}  # WAITING, RUNNING, RESUMABLE_SWAPPED
         # incremental ranking: runnable requests holding KV here, the others in the queue
@@ -210,6 +211,7 @@ class SchedulerState:
     def _finish(self, req: Request, reason: FinishReason, now: float) -> None:
         if self.learner is not None and reason in _SEGMENT_ENDS and not req.in_call:
             self.learner.observe_segment(req, reason is FinishReason.TOOL_CALLS)
+        self.thrash.segment_ended(req)
         self.memory.free(req)
         self._drop_runnable(req)
         self._paused.pop(req.request_id, None)
