@@ -3,9 +3,9 @@ data file it cites, and its text is in the README.
 
 An entry: `claim` (text that appears in README.md, whitespace-insensitive), `file` (JSON
 or CSV under the repository), `field` (where the number is: dot-separated keys or list
-indices, `[k=v,...]` for the one list element with those values, `A / B` a ratio,
-`A + B` a sum), `value` (the number as the README states it) and `tolerance` (how far
-the text may round it).
+indices, `[k=v,...]` for the one list element with those values, `{key}` for a key
+holding `.`, ` / ` or ` + `; `A / B` a ratio, `A + B` a sum), `value` (the number as
+the README states it) and `tolerance` (how far the text may round it).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def _pick(rows: list[Any], selector: str) -> Any:
 def lookup(data: Any, path: str) -> float:
     """The number at `path` (one term: no `/` or `+`)."""
     node = data
-    for part in filter(None, re.split(r"\.(?![^\[]*\])", path)):
+    for part in filter(None, re.split(r"\.(?![^\[]*\])(?![^{]*})", path)):
+        part = part[1:-1] if part.startswith("{") else part  # {a key with . / + in it}
         if part.startswith("["):
             node = _pick(node, part[1:-1])
         elif isinstance(node, list):
@@ -59,7 +60,11 @@ def lookup(data: Any, path: str) -> float:
 
 def evaluate(data: Any, field: str) -> float:
     """`A / B`, sums with `+` on either side, or one path."""
-    parts = [sum(lookup(data, t.strip()) for t in side.split(" + ")) for side in field.split(" / ")]
+
+    def split(text: str, op: str) -> list[str]:  # not inside a {key}
+        return re.split(rf" {re.escape(op)} (?![^{{]*}})", text)
+
+    parts = [sum(lookup(data, t.strip()) for t in split(side, "+")) for side in split(field, "/")]
     if len(parts) > 2:
         raise ValueError(f"{field!r}: at most one '/'")
     return parts[0] / parts[1] if len(parts) == 2 else parts[0]
@@ -96,5 +101,7 @@ def test_lookup_reads_selectors_ratios_and_sums() -> None:
     assert lookup(data, "rows.0.m.n") == 6
     assert evaluate(data, "rows.[rate=1,e=a].m.n / rows.[rate=2,e=a].m.n") == 2
     assert evaluate(data, "rows.0.m.n + rows.1.m.n") == 9
+    assert lookup({"a + b": {"x.y": 2}}, "{a + b}.{x.y}") == 2
+    assert evaluate({"a / b": 6, "c": 3}, "{a / b} / c") == 2
     with pytest.raises(KeyError, match="matches 2"):
         lookup(data, "rows.[e=a].m.n")

@@ -81,6 +81,7 @@ from tool_workload import (  # noqa: E402
 from tools_profile import fitted_profile, kv_bytes, swap_bandwidth, write_profile  # noqa: E402
 
 from augserve.bench.protocol import ComparisonConfig  # noqa: E402
+from augserve.bench.report import git_commit  # noqa: E402
 from augserve.sched.policies import POLICIES as REGISTRY  # noqa: E402
 
 AUGSERVE = ROOT / ".venv" / "bin" / "augserve"
@@ -271,7 +272,7 @@ def _augserve_servers(
 def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> dict[str, Any]:
     """Every repeat (a seed of the config) of every rate on every engine, in one run;
     the engines alternate which goes first; the result file of the protocol."""
-    t_start = time.monotonic()
+    t_start, commit = time.monotonic(), git_commit()  # the code that runs, not a later HEAD
     cfg, slo = args.cfg, slo_config(args.cfg)
     vllm = start(vllm_server(args, out.with_name("server-vllm.log")), servers)
     v_iter, v_prefill = measure(vllm)
@@ -293,7 +294,7 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
                 with out.with_suffix(".rows.jsonl").open("a") as fh:  # kept if the run dies
                     fh.write(json.dumps(rows[-1]) + "\n")
     result = build_result(
-        cfg, args.config, " ".join([sys.executable, *sys.argv]), rows,
+        cfg, args.config, " ".join([sys.executable, *sys.argv]), rows, commit,
         wall_s=round(time.monotonic() - t_start, 1), cpu=cpu_flags(),
         vllm={"iteration_s": v_iter, "prefill_256_s": v_prefill},
         augserve={"iteration_s": a_iter, "prefill_256_s": a_prefill},

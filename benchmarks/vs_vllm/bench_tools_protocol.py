@@ -105,13 +105,15 @@ def capacities(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def build_result(cfg: protocol.ComparisonConfig, config_path: str, command: str,
-                 rows: Sequence[Mapping[str, Any]], **extra: Any) -> dict[str, Any]:  # fmt: skip
+                 rows: Sequence[Mapping[str, Any]], commit: str | None = None,
+                 **extra: Any) -> dict[str, Any]:  # fmt: skip
     """The protocol's result file for a run of `cfg`: fields, cells, capacities; `extra`
-    (engine timings, servers, the per-repeat rows) beside them."""
+    (engine timings, servers, the per-repeat rows) beside them. `commit`: the checkout's
+    when the run started (default: now)."""
     cells = cells_from_rows(rows)
     loads = [x for c in cells for x in c["load"]]
     return protocol.result_file(
-        command=command, commit=git_commit(),
+        command=command, commit=git_commit() if commit is None else commit,
         date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         load=[min(loads, default=0.0), max(loads, default=0.0)], memory=cfg.memory,
         slo=cfg.slo, repeats=len(cfg.seeds), time_scale=cfg.time_scale, cells=cells,
