@@ -81,6 +81,7 @@ def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> Serv
     tools = ToolsConfig.from_file(opts.tools_file) if opts.tools_file else ToolsConfig()
     engine = aengine.engine
     apply_tool_priors(engine.predictor, tools)
+    engine.grammar_cache_bytes = opts.limits.prep.grammar_cache_bytes
     metrics = ServerMetrics(
         aengine.stats, opts.slo, engine.predictor, getattr(engine, "latency_source", "default")
     )

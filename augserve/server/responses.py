@@ -119,9 +119,12 @@ def _final(draft: Draft, cs: ChoiceState, prompt_len: int) -> dict[str, Any]:
     return draft.body(status, output, usage=usage, **extra)
 
 
+def _prepare(state: ServerState, req: ResponsesRequest) -> tuple[list[int], list[Any]]:
+    return chat.prepare(state, chat_request(req))
+
+
 async def create_response(state: ServerState, req: ResponsesRequest, http: Request) -> Any:
-    creq = chat_request(req)
-    prompt, choices = chat.prepare(state, creq)
+    prompt, choices = await state.preparer.run(_prepare, state, req)
     draft = Draft(req)
     if req.stream:
         return SSEResponse(_stream(state, draft, prompt, choices))
