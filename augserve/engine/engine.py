@@ -146,10 +146,12 @@ class LLMEngine:
         segments: Sequence[Segment] | None = None,
         now: float | None = None,
         session_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> Request:
         """Tokenize and build a request without queueing it. With `segments` it is
         scripted: calls (and the end) follow the plan and `max_tokens` is not applied.
-        `session_id`: the client's session id (a paused session of that id continues)."""
+        `session_id`: the client's session id (a paused session of that id continues).
+        `cache_salt`: its tenant's salt (`sched/prefix_cache.py`)."""
         text = prompt if isinstance(prompt, str) else None
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -170,6 +172,7 @@ class LLMEngine:
             token_ids=list(ids),
             max_tokens=None if segments else params.max_tokens,
             session_id=session_id,
+            cache_salt=cache_salt,
         )
 
     def add_request(

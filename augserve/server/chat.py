@@ -27,6 +27,7 @@ from augserve.server.protocol import ChatCompletionRequest
 from augserve.server.request_tools import RequestTools, trace_items
 from augserve.server.state import ServerState, sampling_params
 from augserve.server.streaming import SSEResponse, sse, usage
+from augserve.server.tenancy import with_tenant
 
 
 def _render(state: ServerState, req: ChatCompletionRequest, tools: RequestTools) -> str:
@@ -67,7 +68,9 @@ def prepare(state: ServerState, req: ChatCompletionRequest) -> tuple[list[int], 
         stops = params.stop
         cs = ChoiceState(i, session.parser if session else None, executor, stops)
         cs.forced = tools.grammar is not None
-        choices.append(Choice(cs, params, session, session_id=req.session_id))
+        choices.append(
+            Choice(cs, params, session, session_id=req.session_id, cache_salt=req.cache_salt)
+        )
     return prompt, choices
 
 
@@ -88,7 +91,7 @@ async def _collect(state: ServerState, prompt: list[int], choices: list[Choice],
 
 
 async def chat_completion(state: ServerState, req: ChatCompletionRequest, http: Request) -> Any:
-    req = with_session_header(req, http)
+    req = with_tenant(with_session_header(req, http), http)
     prompt, choices = await state.preparer.run(prepare, state, req)
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())

@@ -31,6 +31,7 @@ from augserve.server.protocol import CompletionRequest
 from augserve.server.scripted import check_plan_fits, scripted_plan
 from augserve.server.state import ServerState, logprobs_k, sampling_params
 from augserve.server.streaming import SSEResponse, sse, usage
+from augserve.server.tenancy import with_tenant
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 
@@ -70,7 +71,8 @@ def prepare(
         if plan is not None:
             params = sampling_params(req, sum(s.output_len for s in plan), 0)
             params = replace(params, ignore_eos=True)
-            choices = [Choice(ChoiceState(0, scripted=True), params, segments=plan)]
+            cs = ChoiceState(0, scripted=True)
+            choices = [Choice(cs, params, segments=plan, cache_salt=req.cache_salt)]
         else:
             max_tokens = limits[k]
             choices = [
@@ -78,6 +80,7 @@ def prepare(
                     ChoiceState(k * req.n + i, stops=tuple(req.stop_list())),
                     sampling_params(req, max_tokens, i, vocab_size=vocab, grammar=grammar),
                     session_id=req.session_id,
+                    cache_salt=req.cache_salt,
                 )
                 for i in range(req.n)
             ]
@@ -104,7 +107,7 @@ async def _run_all(state: ServerState, batches: list[Any], cid: str, sink: Any) 
 
 
 async def completion(state: ServerState, req: CompletionRequest, http: Request) -> Any:
-    req = with_session_header(req, http)
+    req = with_tenant(with_session_header(req, http), http)
     batches = await state.preparer.run(prepare, state, req)
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())

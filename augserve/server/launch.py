@@ -21,7 +21,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,7 +153,11 @@ def _config(app: Any, host: str, port: int, log_level: str, state: ServerState) 
 
 
 def serve_forever(
-    state: ServerState, host: str, port: int, api_key: str | None, log_level: str = "info"
+    state: ServerState,
+    host: str,
+    port: int,
+    api_key: str | Sequence[str] | None,
+    log_level: str = "info",
 ) -> int:
     app = create_app(state, api_key)
     server = GracefulServer(_config(app, host, port, log_level, state), state)
@@ -167,7 +171,7 @@ class BackgroundServer:
     def __init__(
         self,
         state: ServerState,
-        api_key: str | None = None,
+        api_key: str | Sequence[str] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         log_level: str = "warning",

@@ -26,6 +26,7 @@ from augserve.server.generation import ChoiceState, ClientGone, merge_choices, u
 from augserve.server.responses_input import ResponsesRequest, chat_request
 from augserve.server.state import ServerState
 from augserve.server.streaming import SSEResponse
+from augserve.server.tenancy import with_tenant
 
 
 class Draft:
@@ -124,6 +125,7 @@ def _prepare(state: ServerState, req: ResponsesRequest) -> tuple[list[int], list
 
 
 async def create_response(state: ServerState, req: ResponsesRequest, http: Request) -> Any:
+    req = with_tenant(req, http)
     prompt, choices = await state.preparer.run(_prepare, state, req)
     draft = Draft(req)
     if req.stream:

@@ -42,6 +42,7 @@ class ResponsesRequest(_Model):
     user: str | None = None
     include: list[str] | None = None
     seed: int | None = None  # augserve's extension (as on chat), e.g. via extra_body
+    cache_salt: Annotated[str, Field(min_length=1, max_length=256)] | None = None  # as chat's
 
 
 def _text(content: Any, where: str) -> str:
@@ -160,6 +161,7 @@ def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
         "parallel_tool_calls": req.parallel_tool_calls,
         "user": req.user,
         "seed": req.seed,
+        "cache_salt": req.cache_salt,
     }
     fmt = (req.text or {}).get("format")
     if fmt is not None and fmt.get("type") != "text":
