@@ -4,6 +4,9 @@ FastAPI answers a body that is not UTF-8, or nests too deep for Python's parser,
 with "There was an error parsing the body". `StrictJSONRoute` parses the body
 itself first: bad UTF-8 names its byte offset, nesting deeper than `MAX_DEPTH`
 names the limit, and both are OpenAI error objects (400) like every other error.
+A large body is parsed on a preparation thread (`server/preparation.py`): walking
+a 2.5 MB body's 200,000 values takes a few hundred ms, which the event loop must
+not spend.
 """
 
 from __future__ import annotations
@@ -15,23 +18,27 @@ from typing import Any
 from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
 
+from augserve.server.errors import APIError
+
 MAX_DEPTH = 64  # arrays/objects inside each other; tool schemas need a handful
+INLINE_BYTES = 64 * 1024  # bodies up to this size are parsed on the event loop
 
 
 def _depth(value: Any) -> int:
-    """The deepest nesting of lists and dicts in `value` (iterative: no recursion)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, dict):
-            v = list(v.values())
-        elif not isinstance(v, list):
-            continue
-        deepest = max(deepest, d)
-        if d > MAX_DEPTH:
-            return d
-        stack.extend((x, d + 1) for x in v)
-    return deepest
+    """The deepest nesting of lists and dicts in `value`, level by level (no recursion;
+    one pass over each level's values), stopping past `MAX_DEPTH`."""
+    level = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            return depth
+        deeper: list[Any] = []
+        for v in level:
+            items = v.values() if isinstance(v, dict) else v
+            deeper.extend(x for x in items if isinstance(x, dict | list))
+        level = deeper
+    return depth
 
 
 def parse_json_body(body: bytes) -> Any:
@@ -63,7 +70,15 @@ def parse_json_body(body: bytes) -> Any:
 class StrictJSONRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = parse_json_body(await self.body())
+            body = await self.body()
+            state = getattr(self.scope["app"].state, "augserve", None)
+            if len(body) > INLINE_BYTES and state is not None:
+                try:
+                    self._json = await state.preparer.run(parse_json_body, body)
+                except APIError as exc:  # the pool is full: FastAPI passes HTTPExceptions on
+                    raise HTTPException(exc.status, exc.message) from None
+            else:
+                self._json = parse_json_body(body)
         return self._json
 
 
