@@ -164,6 +164,23 @@ def run_scenario(url: str, name: str, hostile: Hostile | None, window: float) ->
     return row
 
 
+def warm_up(url: str) -> None:
+    """Untimed: the first requests build what is built on first use (grammar compiler,
+    kernels)."""
+    with httpx.Client(base_url=url, timeout=1800) as c:
+        for _ in range(3):
+            _chat(c).raise_for_status()
+        _chat(c, response_format={"type": "json_object"}).raise_for_status()
+
+
+def _metric(url: str, name: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=60).text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return float("nan")
+
+
 def start_server(args: argparse.Namespace, log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     if args.pythonpath:
@@ -202,9 +219,12 @@ def main() -> None:
     url = f"http://127.0.0.1:{args.port}"
     rows = []
     try:
+        warm_up(url)
         for name in args.scenarios:
             row = run_scenario(url, name, SCENARIOS[name], args.window)
             row["server_rss_mib"] = round(_rss_mib(proc.pid), 1)
+            cache = _metric(url, "augserve_grammar_cache_bytes")
+            row["grammar_cache_mib"] = round(cache / 2**20, 2)
             row["load_avg"] = os.getloadavg()[0]
             rows.append(row)
             print(json.dumps(row), flush=True)

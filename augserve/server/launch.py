@@ -36,6 +36,7 @@ from augserve.server.health import HealthCollector
 from augserve.server.metrics import ServerMetrics
 from augserve.server.middleware import timed_protocol
 from augserve.server.predictions import apply_tool_priors
+from augserve.server.preparation import PrepCollector
 from augserve.server.state import ServerLimits, ServerState
 from augserve.server.tool_config import ToolsConfig
 from augserve.server.tool_registry import ToolRegistry
@@ -96,6 +97,7 @@ def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> Serv
         allow_scripted=opts.allow_scripted_tools,
     )
     metrics.registry.register(HealthCollector(state))
+    metrics.registry.register(PrepCollector(state.preparer, engine))
     return state
 
 

@@ -24,9 +24,11 @@ import concurrent.futures
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from augserve.engine.sampling_params import GrammarSpec
 from augserve.server.errors import APIError
@@ -131,3 +133,33 @@ class Preparer:
             raise APIError(400, msg, param=where) from None
         masker.store(spec, compiled)
         return replace(spec, compiled=compiled)
+
+
+class PrepCollector:
+    """/metrics: the preparation pools and the grammar cache, read at scrape time."""
+
+    def __init__(self, preparer: Preparer, engine: Any) -> None:
+        self.preparer = preparer
+        self.engine = engine  # the LLMEngine, whose grammar masker is built on first use
+
+    def collect(self) -> Iterator[Metric]:
+        p = self.preparer
+        yield GaugeMetricFamily(
+            "augserve_prep_pending", "Requests being prepared or waiting for it", p.pool.pending
+        )
+        yield CounterMetricFamily(
+            "augserve_prep_rejected", "Requests refused (503) with the preparation queue full",
+            p.rejected,
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            "augserve_grammar_compile_timeouts",
+            "Grammar compiles abandoned past --grammar-compile-timeout",
+            p.compile_timeouts,
+        )
+        masker = getattr(self.engine, "_grammars", None)
+        cache = getattr(masker, "cache", None)
+        yield GaugeMetricFamily(
+            "augserve_grammar_cache_bytes",
+            "Bytes of the compiled grammars kept (bounded by --grammar-cache-bytes)",
+            cache.bytes if cache is not None else 0,
+        )

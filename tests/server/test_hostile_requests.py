@@ -166,6 +166,8 @@ def test_a_compile_past_its_budget_is_a_400_and_its_result_is_dropped(
     assert done.is_set()
     spec = GrammarSpec("json_schema", json.dumps(schema))
     assert blocked.masker.cache.get(spec) is None  # dropped, never cached
+    assert srv.metric("augserve_grammar_compile_timeouts_total") >= 1
+    assert srv.metric("augserve_grammar_cache_bytes") == blocked.masker.cache.bytes
 
 
 def test_a_full_preparation_queue_is_a_503_and_the_rest_are_served(
