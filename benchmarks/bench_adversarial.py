@@ -73,7 +73,7 @@ def tools_2000(c: httpx.Client, i: int) -> httpx.Response:
 
 
 def tokenize_3_9mb(c: httpx.Client, i: int) -> httpx.Response:
-    text = f"{i} All work and no play makes Jack a dull boy. " * 88_000
+    text = f"{i} All work and no play makes Jack a dull boy. " * 86_000  # under 4 MiB
     return c.post("/tokenize", json={"model": MODEL, "prompt": text})
 
 
@@ -165,12 +165,24 @@ def run_scenario(url: str, name: str, hostile: Hostile | None, window: float) ->
 
 
 def warm_up(url: str) -> None:
-    """Untimed: the first requests build what is built on first use (grammar compiler,
-    kernels)."""
-    with httpx.Client(base_url=url, timeout=1800) as c:
-        for _ in range(3):
+    """Untimed: the first requests build what is built on first use (the grammar
+    compiler; torch.compile's graphs, recompiled once batches of several requests come,
+    which on a busy CPU takes minutes and would stall a scenario)."""
+    with httpx.Client(base_url=url, timeout=3600) as c:
+        for _ in range(2):
             _chat(c).raise_for_status()
         _chat(c, response_format={"type": "json_object"}).raise_for_status()
+
+    def one(k: int) -> None:
+        with httpx.Client(base_url=url, timeout=3600) as c:
+            _chat(c, max_tokens=8 + k).raise_for_status()
+
+    for n in (2, 3):
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
 
 def _metric(url: str, name: str) -> float:
@@ -242,6 +254,7 @@ def main() -> None:
                     r[key.replace("_ms", "_vs_none")] = round(r[key] / base[key], 2)
     if args.out:
         meta = {"command": " ".join(sys.argv), "commit": git_commit() or None,
+                "server_pythonpath": args.pythonpath,
                 "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "load_avg_at_start": load_start, "load_avg_at_end": os.getloadavg(),
                 "cpu_count": os.cpu_count(), "cpu_flags": _cpu_flags(),
