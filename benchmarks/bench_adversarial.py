@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import json as _json
 import os
 import statistics
 import subprocess
@@ -87,6 +88,7 @@ def distinct_schemas(c: httpx.Client, i: int) -> httpx.Response:
     return _chat(c, response_format=_fmt(schema), max_tokens=1)
 
 
+DISTINCT = (largest_allowed_schema, distinct_schemas)  # each body new: each compiles
 SCENARIOS: dict[str, Hostile | None] = {
     "none": None,
     "enum_200k": enum_200k,
@@ -110,6 +112,36 @@ def _rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+class Sender:
+    """Sends a hostile request: the same body each time (built once, before the window,
+    so that building it does not take the client's GIL from its probes), except for
+    `DISTINCT` scenarios, whose bodies differ by a counter."""
+
+    def __init__(self, client: httpx.Client, hostile: Hostile) -> None:
+        self.client, self.hostile, self.n = client, hostile, 0
+        self.fixed = None if hostile in DISTINCT else _capture(hostile)
+
+    def __call__(self) -> httpx.Response:
+        self.n += 1
+        if self.fixed is None:
+            return self.hostile(self.client, self.n)
+        path, body = self.fixed
+        headers = {"content-type": "application/json"}
+        return self.client.post(path, content=body, headers=headers)
+
+
+def _capture(hostile: Hostile) -> tuple[str, bytes]:
+    """The path and encoded body `hostile` sends."""
+    seen: list[tuple[str, bytes]] = []
+
+    class Recorder:
+        def post(self, path: str, json: Any) -> Any:
+            seen.append((path, _json.dumps(json).encode()))
+
+    hostile(Recorder(), 0)  # type: ignore[arg-type]
+    return seen[0]
 
 
 class Probe(threading.Thread):
@@ -137,8 +169,7 @@ def run_scenario(url: str, name: str, hostile: Hostile | None, window: float) ->
     hc, pc, xc = (httpx.Client(base_url=url, timeout=600) for _ in range(3))
     health = Probe(lambda: hc.get("/health"), stop, every=0.1)
     plain = Probe(lambda: _chat(pc, temperature=0.0), stop)
-    counter = iter(range(10**9))
-    bad = Probe(lambda: hostile(xc, next(counter)), stop) if hostile else None
+    bad = Probe(Sender(xc, hostile), stop) if hostile else None
     probes = [p for p in (health, plain, bad) if p is not None]
     for p in probes:
         p.start()

@@ -90,7 +90,17 @@ def check_schema_size(schema: Any, limits: PrepLimits, param: str) -> None:
 def check_tools(tools: list[Any] | None, limits: PrepLimits) -> None:
     """At most `max_tools` tools, each one's parameters within the schema limits."""
     tools = tools or []
-    if len(tools) > limits.max_tools:
+    check_body_counts({"tools": tools}, limits)
+    for i, tool in enumerate(tools):
+        if tool.function.parameters is not None:
+            check_schema_size(tool.function.parameters, limits, f"tools.{i}.function.parameters")
+
+
+def check_body_counts(body: Any, limits: PrepLimits) -> None:
+    """On the parsed JSON body, before it is validated into a request on the event
+    loop (validating 2,000 tools took 60-220 ms there): the count of its tools."""
+    tools = body.get("tools") if isinstance(body, dict) else None
+    if isinstance(tools, list) and len(tools) > limits.max_tools:
         raise APIError(
             400,
             f"tools: {len(tools)} tools, over the limit of {limits.max_tools} per request "
@@ -98,9 +108,6 @@ def check_tools(tools: list[Any] | None, limits: PrepLimits) -> None:
             param="tools",
             code="too_many_tools",
         )
-    for i, tool in enumerate(tools):
-        if tool.function.parameters is not None:
-            check_schema_size(tool.function.parameters, limits, f"tools.{i}.function.parameters")
 
 
 def check_response_format(fmt: Any, limits: PrepLimits) -> None:

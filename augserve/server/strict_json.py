@@ -19,6 +19,7 @@ from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
 
 from augserve.server.errors import APIError
+from augserve.server.input_limits import check_body_counts
 
 MAX_DEPTH = 64  # arrays/objects inside each other; tool schemas need a handful
 INLINE_BYTES = 64 * 1024  # bodies up to this size are parsed on the event loop
@@ -67,18 +68,37 @@ def parse_json_body(body: bytes) -> Any:
     return value
 
 
+class BodyError(HTTPException):
+    """An `APIError` raised while the body is read (FastAPI passes HTTPExceptions on
+    and turns anything else into a generic 400); the handler keeps param and code."""
+
+    def __init__(self, err: APIError) -> None:
+        super().__init__(err.status, err.message)
+        self.param, self.code = err.param, err.code
+
+
+def parse_and_check(body: bytes, limits: Any) -> Any:
+    """The body's JSON value, its counts checked before validation (`input_limits`)."""
+    value = parse_json_body(body)
+    check_body_counts(value, limits)
+    return value
+
+
 class StrictJSONRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             body = await self.body()
             state = getattr(self.scope["app"].state, "augserve", None)
-            if len(body) > INLINE_BYTES and state is not None:
-                try:
-                    self._json = await state.preparer.run(parse_json_body, body)
-                except APIError as exc:  # the pool is full: FastAPI passes HTTPExceptions on
-                    raise HTTPException(exc.status, exc.message) from None
-            else:
-                self._json = parse_json_body(body)
+            try:
+                if state is None:
+                    self._json = parse_json_body(body)
+                elif len(body) > INLINE_BYTES:
+                    limits = state.limits.prep
+                    self._json = await state.preparer.run(parse_and_check, body, limits)
+                else:
+                    self._json = parse_and_check(body, state.limits.prep)
+            except APIError as exc:
+                raise BodyError(exc) from None
         return self._json
 
 
