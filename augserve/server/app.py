@@ -4,6 +4,7 @@ the tools (MCP servers) at start-up and drains and stops the engine at shutdown.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -69,6 +70,7 @@ def create_app(state: ServerState, api_key: str | Sequence[str] | None = None) -
         state.registry.observers.append(state.metrics.observe_tool)
         names = sorted(state.registry.tools)
         log.info("serving %s; server-side tools: %s", list(state.model_names), names or "none")
+        gc.freeze()  # the start-up heap (model, tokenizer): full collections skip it
         try:
             yield
         finally:
