@@ -10,7 +10,10 @@ scheduler untouched; its values may be strings, numbers or lists of them. Keys:
 - `augserve_session`: links the turns of one conversation when the engine's own
   `session_id` is not set (offline `LLM.generate`).
 
-A request without a plan is planned as one segment of `max_tokens` and no call.
+A request without a plan is planned by the predictor (`online` by default, learned
+from the engine's own finished requests and the gaps between a session's turns);
+only the oracle predictors, which read a plan, fall back to one segment of
+`max_tokens` without a call (`PolicyBridge.arrive`).
 """
 
 from __future__ import annotations
@@ -52,10 +55,15 @@ def decode_plan(raw: Any) -> list[Segment]:
     return out
 
 
-def plan_for(extra: Mapping[str, Any] | None, max_tokens: int | None) -> list[Segment]:
-    """The request's plan: the client's, else one segment of `max_tokens` without a call."""
+def plan_for(extra: Mapping[str, Any] | None) -> list[Segment] | None:
+    """The plan the client sent, else None (the predictor plans the request)."""
     if extra and PLAN_KEY in extra:
         return decode_plan(extra[PLAN_KEY])
+    return None
+
+
+def max_tokens_plan(max_tokens: int | None) -> list[Segment]:
+    """What an oracle reads when no plan came: one segment of `max_tokens`, no call."""
     return [Segment(max(1, max_tokens or 1))]
 
 

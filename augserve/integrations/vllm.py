@@ -103,7 +103,7 @@ class _AugServeMixin:
                 existing.num_tokens,
                 existing.num_computed_tokens,
                 now,
-                self._plan(request, explicit_only=True),
+                self._plan(request),
             )
 
     def _arrive(self, request: Request, now: float) -> None:
@@ -122,17 +122,16 @@ class _AugServeMixin:
             cached_tokens=cached,
             resumable=request.resumable,
             kind=kind_of(extra),
+            max_tokens=request.max_tokens,
         )
 
-    def _plan(self, request: Request, explicit_only: bool = False) -> list[Segment] | None:
-        extra = _extra(request)
-        if explicit_only and not (extra and "augserve_plan" in extra):
-            return None
+    def _plan(self, request: Request) -> list[Segment] | None:
+        """The client's `augserve_plan`, else None (the predictor plans the request)."""
         try:
-            return plan_for(extra, request.max_tokens)
+            return plan_for(_extra(request))
         except ValueError as exc:
             logger.warning("augserve: request %s: %s (plan ignored)", request.request_id, exc)
-            return plan_for(None, request.max_tokens)
+            return None
 
     def _handle_stopped_request(self, request: Request) -> bool:
         finished: bool = super()._handle_stopped_request(request)  # type: ignore[misc]
@@ -145,7 +144,7 @@ class _AugServeMixin:
                     request.num_tokens,
                     request.num_computed_tokens,
                     now,
-                    self._plan(request, explicit_only=True),
+                    self._plan(request),
                 )
         return finished
 
@@ -208,7 +207,7 @@ class _AugServeMixin:
         running_tokens = 0
         for req in sched.running:
             bridge.sync(req.request_id, req.num_tokens, req.num_computed_tokens,
-                        req.num_output_tokens, running=True)  # fmt: skip
+                        req.num_output_tokens, running=True, now=now)  # fmt: skip
             running_tokens += req.num_computed_tokens
         queues: list[RequestQueue] = [sched.kv_holding_waiting, sched.waiting]
         for queue in queues:

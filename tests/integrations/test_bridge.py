@@ -14,7 +14,9 @@ FACTS = EngineFacts(block_size=16, num_blocks=1000, max_batch_tokens=512, max_nu
 
 
 def bridge(**options: object) -> PolicyBridge:
-    return PolicyBridge(PluginOptions(**options), FACTS)  # type: ignore[arg-type]
+    """A bridge whose predictor reads the plans these tests send (the plugin's default,
+    `online`, is tested in test_bridge_online.py)."""
+    return PolicyBridge(PluginOptions(**{"predictor": "oracle", **options}), FACTS)  # type: ignore[arg-type]
 
 
 def plan(*rows: tuple[int, float | None, int]) -> list[Segment]:

@@ -8,7 +8,13 @@ import pytest
 
 from augserve.core.request import Segment
 from augserve.integrations.options import ENV_VAR, PluginOptions, load_options
-from augserve.integrations.plan import decode_plan, encode_plan, plan_for, session_of
+from augserve.integrations.plan import (
+    decode_plan,
+    encode_plan,
+    max_tokens_plan,
+    plan_for,
+    session_of,
+)
 
 
 def test_options_merge_env_under_engine_config() -> None:
@@ -43,9 +49,9 @@ def test_bad_env_is_one_clear_error() -> None:
 def test_plan_round_trip_and_defaults() -> None:
     segs = [Segment(10, 1.5, 4), Segment(7)]
     assert decode_plan(encode_plan(segs)) == segs
-    assert plan_for({"augserve_plan": encode_plan(segs)}, 99) == segs
-    assert plan_for(None, 33) == [Segment(33)]
-    assert plan_for({}, None) == [Segment(1)]
+    assert plan_for({"augserve_plan": encode_plan(segs)}) == segs
+    assert plan_for(None) is None and plan_for({}) is None  # the predictor plans it
+    assert max_tokens_plan(33) == [Segment(33)] and max_tokens_plan(None) == [Segment(1)]
     assert session_of({"augserve_session": "s1"}, None) == "s1"
     assert session_of({"augserve_session": "s1"}, "engine") == "engine"
     assert session_of(None, None) is None
