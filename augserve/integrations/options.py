@@ -39,6 +39,9 @@ class PluginOptions:
     slo_ttft / slo_norm_latency / slo_reserve: `augserve-slo`'s SLO (seconds, seconds
         per token) and rescue reserve (per second); None takes the policy's defaults
         (the profile's: TTFT 1 s, 10 decode iterations per token; 0.05/s).
+    stream_context: at a resumable streaming session's pause, `choose` (our policy's
+        choice: Preserve holds the KV, Discard releases it to the prefix cache) or
+        `preserve` (always hold it); a request's `augserve_context` overrides it.
     session_ttl_s / max_sessions: how long and how many ended turns are remembered
         so that a resubmitted context is recognized as a call's return.
     decision_log: keep the last N steps' decisions (budget, order, scheduled ids)
@@ -56,6 +59,7 @@ class PluginOptions:
     slo_ttft: float | None = None
     slo_norm_latency: float | None = None
     slo_reserve: float | None = None
+    stream_context: str = "choose"
     session_ttl_s: float = 600.0
     max_sessions: int = 100_000
     decision_log: int = 0
@@ -86,6 +90,11 @@ class PluginOptions:
                 raise ValueError(f"PluginOptions.{name} must be > 0, got {value}")
         if self.slo_reserve is not None and not self.slo_reserve >= 0:
             raise ValueError(f"PluginOptions.slo_reserve must be >= 0, got {self.slo_reserve}")
+        if self.stream_context not in ("choose", "preserve"):
+            raise ValueError(
+                f"PluginOptions.stream_context must be choose or preserve, got "
+                f"{self.stream_context!r}"
+            )
         if self.session_ttl_s <= 0:
             raise ValueError(f"PluginOptions.session_ttl_s must be > 0, got {self.session_ttl_s}")
         if self.max_sessions < 0 or self.decision_log < 0:

@@ -7,6 +7,9 @@ scheduler untouched; its values may be strings, numbers or lists of them. Keys:
   JSON string `[[output_len, call_time or null, return_len], ...]`. The oracle
   and noisy predictors read it (tests, benchmarks that know their trace).
 - `augserve_kind`: the augmentation kind or tool family (a learned predictor's feature).
+- `augserve_context`: `preserve` or `discard`, the context policy of a resumable
+  streaming session's pauses (hold its KV, or release it to the prefix cache);
+  without it the plugin's policy chooses at each pause.
 - `augserve_session`: links the turns of one conversation when the engine's own
   `session_id` is not set (offline `LLM.generate`).
 
@@ -22,11 +25,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from augserve.core.request import Segment
+from augserve.core.request import ContextPolicy, Segment
 
 PLAN_KEY = "augserve_plan"
 KIND_KEY = "augserve_kind"
 SESSION_KEY = "augserve_session"
+CONTEXT_KEY = "augserve_context"
+_HOLDS = {"preserve": ContextPolicy.PRESERVE, "discard": ContextPolicy.DISCARD}
 
 
 def encode_plan(segments: Sequence[Segment]) -> str:
@@ -78,3 +83,13 @@ def session_of(extra: Mapping[str, Any] | None, session_id: str | None) -> str |
 def kind_of(extra: Mapping[str, Any] | None) -> str | None:
     value = (extra or {}).get(KIND_KEY)
     return str(value) if value not in (None, "") else None
+
+
+def hold_of(extra: Mapping[str, Any] | None) -> ContextPolicy | None:
+    """The client's `augserve_context` (None: the policy chooses); ValueError if bad."""
+    value = (extra or {}).get(CONTEXT_KEY)
+    if value in (None, ""):
+        return None
+    if value not in _HOLDS:
+        raise ValueError(f"{CONTEXT_KEY}: expected preserve or discard, got {value!r}")
+    return _HOLDS[value]

@@ -35,12 +35,12 @@ from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from augserve.core.request import Segment
+from augserve.core.request import ContextPolicy, Segment
 from augserve.integrations.bridge import EngineFacts, PolicyBridge
 from augserve.integrations.options import load_options
-from augserve.integrations.plan import kind_of, plan_for, session_of
+from augserve.integrations.plan import hold_of, kind_of, plan_for, session_of
 
-SUPPORTED_VLLM = ("0.32.0",)
+SUPPORTED_VLLM = ("0.32.0", "0.33.0")
 STATS_INTERVAL_S = 60.0
 logger = init_logger("vllm.augserve")
 _ENDED_OK = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
@@ -123,7 +123,16 @@ class _AugServeMixin:
             resumable=request.resumable,
             kind=kind_of(extra),
             max_tokens=request.max_tokens,
+            hold=self._hold(request),
         )
+
+    @staticmethod
+    def _hold(request: Request) -> ContextPolicy | None:
+        try:
+            return hold_of(_extra(request))
+        except ValueError as exc:
+            logger.warning("augserve: request %s: %s (ignored)", request.request_id, exc)
+            return None
 
     def _plan(self, request: Request) -> list[Segment] | None:
         """The client's `augserve_plan`, else None (the predictor plans the request)."""
@@ -135,9 +144,13 @@ class _AugServeMixin:
 
     def _handle_stopped_request(self, request: Request) -> bool:
         finished: bool = super()._handle_stopped_request(request)  # type: ignore[misc]
-        if not finished:  # a streaming session ended a turn and keeps its KV
+        if not finished:  # a streaming session ended a turn: a call of our policy's
             now = time.monotonic()
-            self.augserve.stream_paused(request.request_id, now)
+            waits = request.status == RequestStatus.WAITING_FOR_STREAMING_REQ
+            ctx = request.num_computed_tokens
+            policy = self.augserve.stream_paused(request.request_id, now, ctx)
+            if waits and policy is ContextPolicy.DISCARD:
+                self._release(request)
             if request.status == RequestStatus.WAITING:  # its next input was queued
                 self.augserve.resume_stream(
                     request.request_id,
@@ -147,6 +160,13 @@ class _AugServeMixin:
                     self._plan(request),
                 )
         return finished
+
+    def _release(self, request: Request) -> None:
+        """Discard a paused session's KV: its blocks go to vLLM's prefix cache (evictable,
+        hits where they survive), and it recomputes the rest when its next input comes."""
+        sched: Any = self
+        sched.kv_cache_manager.free(request)
+        request.num_computed_tokens = 0
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         result = super()._free_request(request, *args, **kwargs)  # type: ignore[misc]

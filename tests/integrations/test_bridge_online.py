@@ -108,7 +108,7 @@ def test_a_streaming_sessions_pause_is_learned_as_a_call() -> None:
     b = bridge()
     b.arrive("keep", 300, 0.0, resumable=True)
     b.sync("keep", 310, 309, 10, running=True)
-    b.stream_paused("keep", 1.0)
+    b.stream_paused("keep", 1.0, 309)
     b.resume_stream("keep", 314, 309, 5.0)
     assert b.predictions.counts == {"segments": 1, "calls": 1}
     assert b.predictor.calls.global_stats.count == 1  # type: ignore[attr-defined]
