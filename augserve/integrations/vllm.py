@@ -144,6 +144,7 @@ class _AugServeMixin:
 
     def _handle_stopped_request(self, request: Request) -> bool:
         finished: bool = super()._handle_stopped_request(request)  # type: ignore[misc]
+        sched: Any = self
         if not finished:  # a streaming session ended a turn: a call of our policy's
             now = time.monotonic()
             waits = request.status == RequestStatus.WAITING_FOR_STREAMING_REQ
@@ -151,6 +152,10 @@ class _AugServeMixin:
             policy = self.augserve.stream_paused(request.request_id, now, ctx)
             if waits and policy is ContextPolicy.DISCARD:
                 self._release(request)
+            if self.augserve.options.decision_log:
+                free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+                logger.info("augserve: pause %s: %s, %d free blocks", request.request_id,
+                            policy.value, free)  # fmt: skip
             if request.status == RequestStatus.WAITING:  # its next input was queued
                 self.augserve.resume_stream(
                     request.request_id,
