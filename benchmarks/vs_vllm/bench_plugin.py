@@ -49,7 +49,10 @@ from tool_workload import (  # noqa: E402
 from augserve.bench.report import git_commit  # noqa: E402
 from augserve.core.metrics import request_metrics  # noqa: E402
 
-VLLM_PY = Path(os.environ.get("VLLM_VENV", HERE / ".venv-vllm")) / "bin" / "python"
+VLLM_PY = Path(  # $VLLM_PYTHON, else $VLLM_VENV/bin/python, else setup_env.sh's default venv
+    os.environ.get("VLLM_PYTHON")
+    or Path(os.environ.get("VLLM_VENV", HERE / ".venv-vllm")) / "bin" / "python"
+)
 PLUGIN = "augserve.integrations.vllm.AugServeScheduler"
 CPU_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "2",

@@ -48,7 +48,7 @@ def make_llm(args: argparse.Namespace, **kw: Any) -> Any:
     return LLM(
         model=args.model, dtype="float32", enforce_eager=True, max_model_len=1024, seed=0,
         block_size=BLOCK, enable_prefix_caching=True, max_num_batched_tokens=128,
-        num_gpu_blocks_override=36, **kw,
+        num_gpu_blocks_override=36, tensor_parallel_size=args.tp, **kw,
     )  # fmt: skip
 
 
@@ -220,6 +220,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
     p.add_argument("--scheduler", choices=("default", "path", "class"), required=True)
+    p.add_argument("--tp", type=int, default=1, help="tensor parallelism (GPU checks)")
     args = p.parse_args()
     if args.scheduler != "path":
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"

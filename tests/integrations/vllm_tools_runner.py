@@ -23,7 +23,7 @@ from augserve.integrations.plan import encode_plan
 PLAN = [Segment(6, 0.2, 5), Segment(4, 0.2, 5), Segment(3)]
 
 
-async def main_async(model: str) -> dict[str, Any]:
+async def main_async(model: str, tp: int) -> dict[str, Any]:
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -38,7 +38,7 @@ async def main_async(model: str) -> dict[str, Any]:
     args = AsyncEngineArgs(
         model=model, dtype="float32", enforce_eager=True, max_model_len=1024, seed=0,
         block_size=32, enable_prefix_caching=True, max_num_batched_tokens=128,
-        num_gpu_blocks_override=36,
+        num_gpu_blocks_override=36, tensor_parallel_size=tp,
         scheduler_cls="augserve.integrations.vllm.AugServeScheduler",
         additional_config={"augserve": {"decision_log": 100}},
     )  # fmt: skip
@@ -75,7 +75,9 @@ async def main_async(model: str) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
-    out = asyncio.run(main_async(p.parse_args().model))
+    p.add_argument("--tp", type=int, default=1, help="tensor parallelism (GPU checks)")
+    args = p.parse_args()
+    out = asyncio.run(main_async(args.model, args.tp))
     sys.stdout.write("@@ " + json.dumps(out) + "\n")
     sys.stdout.flush()
 
