@@ -92,10 +92,10 @@ async def generate_with_tools(
             run.turns[-1].extend(done.token_ids)
         yield out
         if out.finished:
-            run.finished = True
-            return
+            break
         if done is not None and done.finish_reason is not None:  # the turn ended
             await _next_input(inputs, run, step, params, turn_max_tokens)
+    run.finished = True  # the stream closed after the last turn (vLLM ends it as an abort)
 
 
 async def _next_input(
