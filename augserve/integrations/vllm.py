@@ -79,6 +79,7 @@ class _AugServeMixin:
         )
         self.augserve = PolicyBridge(options, facts)
         self._static_budget: int = sched.max_num_scheduled_tokens
+        self._released: set[str] = set()  # paused sessions whose KV was discarded
         self._stats = {"steps": 0, "budget_sum": 0, "shrunk": 0}
         self._stats_at = time.monotonic()
         logger.info(
@@ -98,6 +99,9 @@ class _AugServeMixin:
         if existing is None:
             self._arrive(request, now)
         elif paused and existing.status == RequestStatus.WAITING:
+            if existing.request_id in self._released:  # its KV went at the pause
+                self._released.discard(existing.request_id)
+                existing.num_computed_tokens = 0  # recompute (prefix-cache hits aside)
             self.augserve.resume_stream(
                 existing.request_id,
                 existing.num_tokens,
@@ -168,13 +172,20 @@ class _AugServeMixin:
 
     def _release(self, request: Request) -> None:
         """Discard a paused session's KV: its blocks go to vLLM's prefix cache (evictable,
-        hits where they survive), and it recomputes the rest when its next input comes."""
+        hits where they survive), and it recomputes the rest when its next input comes.
+        Its computed count stays until then: vLLM 0.32 keeps the context up to it when
+        the input comes (`_update_request_as_session`); `add_request` zeroes it after."""
         sched: Any = self
         sched.kv_cache_manager.free(request)
-        request.num_computed_tokens = 0
+        self._released.add(request.request_id)
+        holding: RequestQueue = sched.kv_holding_waiting
+        if request in holding:  # vLLM 0.32 queues a paused session as a KV holder
+            holding.remove_request(request)
+            sched.waiting.add_request(request)
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         result = super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
+        self._released.discard(request.request_id)
         self.augserve.finish(
             request.request_id,
             time.monotonic(),

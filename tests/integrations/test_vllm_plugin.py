@@ -138,7 +138,7 @@ def test_streaming_session_paused_under_discard_releases_its_kv_and_recomputes(
     stream = runs["class"][0]["stream_discard"]
     paused, resumed = stream["paused"], stream["resumed"]
     assert paused["mirror"]["in_call"] and paused["mirror"]["calls"] == [[0, "discard"]]
-    assert paused["computed"] == 0 and paused["free"] == stream["before"]  # all released
+    assert paused["free"] == stream["before"]  # every block released (to the prefix cache)
     assert resumed["mirror"]["calls"] == [[7, "discard"]]  # no KV kept: a Discard return
     assert len(stream["tokens"]) == 5 + 3  # and the session still answers both turns
 
