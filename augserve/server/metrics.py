@@ -102,7 +102,7 @@ class ServerMetrics:
         stats: Callable[[], Any],
         slo: SLOConfig,
         predictor: Any = None,
-        latency_source: str = "default",
+        latency_source: str | Callable[[], str] = "default",
     ) -> None:
         self.slo = slo
         self.registry = CollectorRegistry()
