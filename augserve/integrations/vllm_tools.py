@@ -113,8 +113,11 @@ async def _next_input(
         inputs.put_nowait(None)  # no call: the session ends
         return
     run.call_seconds.append(loop.time() - start)
+    # vLLM drops the turn's last sampled token when the next input comes and refuses an
+    # empty input: a call that returned nothing sends that token back (the same context)
+    ids = list(result) or run.turns[-1][-1:]
     run.turns.append([])
-    prompt = TokensPrompt(prompt_token_ids=list(result))
+    prompt = TokensPrompt(prompt_token_ids=ids)
     inputs.put_nowait(StreamingInput(prompt, turn_params(params, turn_max_tokens(turn + 1))))
 
 
