@@ -171,7 +171,7 @@ async def _measure(url: str) -> dict[str, float]:
 def augserve_cmd(gguf_path: Path, port: int, threads: int) -> list[str]:
     return [sys.executable, "-m", "augserve", "serve", "--model", str(gguf_path),
             "--port", str(port), "--threads", str(threads), "--max-num-seqs", "8",
-            "--served-model-name", "m"]  # fmt: skip
+            "--served-model-name", "m", "--profile", "default"]  # fmt: skip
 
 
 def llama_cmd(exe: str, gguf_path: Path, port: int, threads: int) -> list[str]:
