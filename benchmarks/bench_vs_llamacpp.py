@@ -16,8 +16,9 @@ token of work).
 Models: SmolLM2-135M-Instruct Q4_1 (augserve's default model) and, with `--big`, a
 random Qwen2-shaped model of ~0.5B parameters written here with the `gguf` package,
 quantized to Q4_0. llama.cpp: `--llama-server PATH`, else $LLAMA_SERVER, else
-`llama-server` on PATH; how to build it is in docs/engine-speed.md ("Against
-llama.cpp"). Without one, only augserve's side is measured.
+`llama-server` on PATH; how to build it: docs/engine-quant.md ("Building
+llama.cpp's server (the route taken here)"). Without one, only augserve's side is
+measured.
 
     python benchmarks/bench_vs_llamacpp.py [--threads 2] [--rounds 3] [--big]
         [--llama-server PATH] [--out docs/data/vs-llamacpp.json]
