@@ -125,10 +125,15 @@ def test_gguf_model_quantized_generates_as_dequantized(
     assert run_greedy(got, prompts, 12) == run_greedy(ref, prompts, 12)
 
 
-def test_auto_dtype_quantizes_gguf_but_not_hf_dirs(
+def test_auto_dtype_quantizes_gguf_on_request_but_not_hf_dirs(
     llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("AUGSERVE_QUANT", raising=False)
+    kv0 = KVCacheConfig(block_size=8, num_device_blocks=16)
+    model0 = resolve_model(write_gguf(llama_dir, tmp_path / "m0.gguf", qtype=Q.Q4_0))
+    assert not ModelRunner(RunnerConfig(model0, None, "cpu", kv0, compile=False)).quantized
+    monkeypatch.setenv("AUGSERVE_QUANT", "1")  # opt-in until measured (quant_select.py)
     model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0))
     kv = KVCacheConfig(block_size=8, num_device_blocks=16)
     auto = ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False))
