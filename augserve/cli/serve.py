@@ -15,6 +15,7 @@ import socket
 from typing import Any
 
 from augserve.cli import args as argtypes
+from augserve.engine.tool_parsers import PARSER_CHOICES
 
 log = logging.getLogger("augserve.serve")
 API_KEY_ENV = "AUGSERVE_API_KEY"
@@ -98,9 +99,10 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument(
         "--tool-call-parser",
-        default=None,
-        choices=("hermes", "llama3_json"),
-        help="how tool calls are read from the output (default: from the chat template)",
+        default="auto",
+        choices=PARSER_CHOICES,
+        help="how tool calls are read from the output (default: auto, from the chat "
+        "template's markers)",
     )
     g.add_argument(
         "--enable-auto-tool-choice", action="store_true",

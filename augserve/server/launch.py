@@ -30,7 +30,7 @@ import uvicorn
 
 from augserve.core.metrics import SLOConfig
 from augserve.engine.chat import CHATML_TEMPLATE, ChatTemplate
-from augserve.engine.tool_parsers import TOOL_PARSERS, detect_tool_parser
+from augserve.engine.tool_parsers import PARSER_CHOICES, detect_tool_parser
 from augserve.server.app import create_app, drain
 from augserve.server.health import HealthCollector
 from augserve.server.metrics import ServerMetrics
@@ -50,7 +50,7 @@ class ServeOptions:
     served_model_names: tuple[str, ...]
     tools_file: str | None = None
     chat_template: str | None = None  # a template file overriding the model's
-    tool_call_parser: str | None = None  # None: from the template
+    tool_call_parser: str | None = None  # None or "auto": from the template's markers
     limits: ServerLimits = ServerLimits()
     slo: SLOConfig = SLOConfig(norm_latency_slo=0.1, ttft_slo=1.0)
     allow_scripted_tools: bool = False  # accept scripted tool plans (server/scripted.py)
@@ -58,9 +58,9 @@ class ServeOptions:
     def __post_init__(self) -> None:
         if not self.served_model_names or not all(self.served_model_names):
             raise ValueError("served_model_names must hold at least one non-empty name")
-        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_PARSERS:
+        if self.tool_call_parser is not None and self.tool_call_parser not in PARSER_CHOICES:
             raise ValueError(
-                f"tool_call_parser must be one of {sorted(TOOL_PARSERS)}, "
+                f"tool_call_parser must be one of {list(PARSER_CHOICES)}, "
                 f"got {self.tool_call_parser!r}"
             )
 
@@ -77,7 +77,10 @@ def load_template(model_dir: str | Path, override: str | None) -> ChatTemplate:
 def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> ServerState:
     """Everything but the engine itself, which the caller builds (`build_engine`)."""
     template = load_template(model_dir, opts.chat_template)
-    parser = opts.tool_call_parser or detect_tool_parser(template.source)
+    parser = opts.tool_call_parser
+    if parser in (None, "auto"):
+        parser = detect_tool_parser(template.source)
+        log.info("tool call parser: %s (from the chat template's markers)", parser)
     tools = ToolsConfig.from_file(opts.tools_file) if opts.tools_file else ToolsConfig()
     engine = aengine.engine
     apply_tool_priors(engine.predictor, tools)
