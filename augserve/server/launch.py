@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +78,16 @@ def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> Serv
     """Everything but the engine itself, which the caller builds (`build_engine`)."""
     template = load_template(model_dir, opts.chat_template)
     parser = opts.tool_call_parser
-    if parser in (None, "auto"):
+    if parser is None or parser == "auto":
         parser = detect_tool_parser(template.source)
         log.info("tool call parser: %s (from the chat template's markers)", parser)
+    template = replace(template, tool_format=parser)
+    if not template.renders_tools:
+        log.warning(
+            "the chat template renders no tools: requests with tools get augserve's generic "
+            "tools prompt (each tool's name, description and schema, %s call format)",
+            parser,
+        )
     tools = ToolsConfig.from_file(opts.tools_file) if opts.tools_file else ToolsConfig()
     engine = aengine.engine
     apply_tool_priors(engine.predictor, tools)

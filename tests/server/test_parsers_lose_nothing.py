@@ -208,3 +208,13 @@ def test_tool_call_parser_flag_takes_mistral_and_auto() -> None:
     ServeOptions(("m",), tool_call_parser="auto")
     with pytest.raises(ValueError, match="tool_call_parser"):
         ServeOptions(("m",), tool_call_parser="nope")
+
+
+def test_a_list_of_server_calls_in_one_tag_runs_every_call(server: LiveServer) -> None:
+    calls = [
+        {"name": "add", "arguments": {"a": 2, "b": 3}},
+        {"name": "add", "arguments": {"a": 1, "b": 1}},
+    ]
+    out = chat(server, 5105, tagged(calls), "Done.", tool_trace=True)
+    assert [t["result"] for t in out["tool_trace"]] == ["5", "2"]
+    assert out["finish_reason"] == "stop" and out["message"]["content"] == "Done."
