@@ -282,11 +282,12 @@ class ChatTemplate:
 
     @cached_property
     def renders_tools(self) -> bool:
-        """Whether the template writes the tools it is given into the prompt (a probe
-        tool's name must appear); a template that raises on it counts as rendering."""
+        """Whether the tools it is given change the prompt (a probe tool against none);
+        a template that raises on them counts as rendering them."""
         probe = [{"type": "function", "function": {"name": _PROBE, "parameters": {}}}]
+        user = [{"role": "user", "content": "?"}]
         try:
-            return _PROBE in self._render([{"role": "user", "content": "?"}], probe, True)
+            return self._render(user, probe, True) != self._render(user, None, True)
         except ValueError:
             return True
 

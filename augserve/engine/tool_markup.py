@@ -65,6 +65,19 @@ def calls_from_json(body: str, raw: str) -> list[ParsedCall]:
     return [call_from_obj(obj, raw)]
 
 
+def declared_names(calls: list[ParsedCall], tools: frozenset[str]) -> list[ParsedCall]:
+    """Calls of `tools`' names: BFCL-style clients declare `math.gcd` as `math_gcd`
+    (OpenAI's names allow no '.'), and a model that writes the original name calls the
+    declared one."""
+    out = []
+    for call in calls:
+        alt = call.name.replace(".", "_")
+        if call.name not in tools and alt in tools:
+            call = replace(call, name=alt)
+        out.append(call)
+    return out
+
+
 def held_prefix(text: str, marker: str) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of `marker`."""
     for k in range(min(len(marker) - 1, len(text)), 0, -1):
@@ -115,12 +128,15 @@ def named_calls(body: str, raw: str, tools: frozenset[str] | None) -> list[Parse
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             return []
-        if tools is not None and item["name"] not in tools:
+        name = item["name"]
+        if tools is not None and name not in tools and name.replace(".", "_") not in tools:
             return []
         if "arguments" not in item and "parameters" not in item:
             return []
     calls = [call_from_obj(item, raw) for item in items]
-    return [] if any(isinstance(c, InvalidCall) for c in calls) else calls
+    if any(isinstance(c, InvalidCall) for c in calls):
+        return []
+    return calls if tools is None else declared_names(calls, tools)
 
 
 def _unit(s: str, tools: frozenset[str] | None) -> tuple[Kind, list[ParsedCall], int]:

@@ -39,6 +39,7 @@ from augserve.engine.tool_markup import (
     call_from_json,
     calls_from_json,
     complete_items,
+    declared_names,
     held_prefix,
     json_object_end,
     json_value_end,
@@ -95,7 +96,8 @@ class _Tagged:
         if unit is None:
             return None
         calls, end = unit
-        return group_calls(calls, text[text.find(self.start, segment_start) : end])
+        raw = text[text.find(self.start, segment_start) : end]
+        return group_calls(declared_names(calls, self.tools), raw)
 
     def parse_final(self, text: str, segment_start: int) -> ParsedCall | None:
         """Every call left in the segment: its complete tagged units, then an unclosed
@@ -111,7 +113,7 @@ class _Tagged:
             calls += [c for c in self._unclosed(body) if not isinstance(c, InvalidCall)]
         elif not calls:
             kind, calls = loose_calls(self._clean(text[segment_start:]), self.tools)
-        return group_calls(calls, text[segment_start:])
+        return group_calls(declared_names(calls, self.tools), text[segment_start:])
 
     def _clean(self, segment: str) -> str:
         return strip_echoes(segment, self.echoes)
@@ -223,7 +225,9 @@ class Llama3JsonToolParser:
 
     def parse(self, text: str, segment_start: int) -> ParsedCall | None:
         kind, calls = self._classify(text[segment_start:])
-        return group_calls(calls, text[segment_start:]) if kind == "call" else None
+        if kind != "call":
+            return None
+        return group_calls(declared_names(calls, self.tools), text[segment_start:])
 
     def parse_final(self, text: str, segment_start: int) -> ParsedCall | None:
         return self.parse(text, segment_start)
