@@ -137,7 +137,12 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 600) ->
 def start(cmd: list[str], url: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     out = log.open("w")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    wait_ready(url, proc)
+    try:
+        wait_ready(url, proc)
+    except BaseException:
+        proc.kill()
+        proc.wait(30)
+        raise
     return proc
 
 
@@ -184,7 +189,7 @@ def provenance(cmd: list[str]) -> dict[str, Any]:
     return {
         "command": " ".join(cmd),
         "commit": commit,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "load_average": os.getloadavg(),
         "cpu_flags": flags,
         "bfcl_eval": "2026.3.23",
@@ -219,6 +224,7 @@ def main() -> int:
     subprocess.run(prep, check=True, env=env)
     serve = [args.augserve_python, "-m", "augserve", "serve", "--model", str(args.gguf)]
     serve += ["--port", str(args.port), "--served-model-name", SERVED, str(local_dir)]
+    serve += ["--profile", "default"]  # no latency fit at start-up: accuracy only
     ref = [sys.executable, str(HERE / "reference_server.py"), "--gguf", str(args.gguf)]
     ref += ["--port", str(args.port + 1), "--max-new-tokens", str(args.max_tokens)]
     paths = args.paths.split(",")
