@@ -165,14 +165,15 @@ def run_model(root: Path, model: str, port: int, local_dir: Path) -> None:
     bfcl(root, *argv)
 
 
-def accuracies(root: Path, model: str, categories: list[str]) -> dict[str, float]:
+def accuracies(root: Path, model: str, categories: list[str]) -> dict[str, tuple[float, int]]:
+    """Per category: BFCL's accuracy (percent) and the number of entries it scored."""
     out = {}
     for cat in categories:
         files = list((root / "score" / model).rglob(f"BFCL_v4_{CATEGORIES[cat]}_score.json"))
         if not files:
             continue
         head = json.loads(files[0].read_text().splitlines()[0])
-        out[cat] = round(100.0 * float(head["accuracy"]), 2)
+        out[cat] = (round(100.0 * float(head["accuracy"]), 2), int(head["total_count"]))
     return out
 
 
@@ -196,6 +197,32 @@ def provenance(cmd: list[str]) -> dict[str, Any]:
     }
 
 
+def generate(
+    args: argparse.Namespace,
+    root: Path,
+    paths: list[str],
+    serve: list[str],
+    ref: list[str],
+    env: dict[str, str],
+    local_dir: Path,
+) -> None:
+    """The servers a run needs, and BFCL's generate for each path."""
+    procs = []
+    try:
+        if {"augserve-chat", "augserve-completions"} & set(paths):
+            health = f"http://127.0.0.1:{args.port}/health"
+            procs.append(start(serve, health, root / "serve.log", env))
+        if "reference" in paths:
+            procs.append(start(ref, f"http://127.0.0.1:{args.port + 1}/", root / "ref.log", env))
+        for model in paths:
+            port = args.port + 1 if model == "reference" else args.port
+            run_model(root, model, port, local_dir)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(30)
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gguf", type=Path, default=DEFAULT_GGUF)
@@ -207,6 +234,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--root", type=Path, default=Path("/tmp/augserve-bfcl"))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--paths", default="augserve-chat,augserve-completions,reference")
+    ap.add_argument("--note", default=None, help="a note kept in the JSON (how it was run)")
+    ap.add_argument(
+        "--score-only", action="store_true", help="only evaluate the results already in --root"
+    )
     return ap.parse_args()
 
 
@@ -228,36 +259,22 @@ def main() -> int:
     ref = [sys.executable, str(HERE / "reference_server.py"), "--gguf", str(args.gguf)]
     ref += ["--port", str(args.port + 1), "--max-new-tokens", str(args.max_tokens)]
     paths = args.paths.split(",")
-    procs = []
-    try:
-        if {"augserve-chat", "augserve-completions"} & set(paths):
-            procs.append(
-                start(serve, f"http://127.0.0.1:{args.port}/health", root / "serve.log", env)
-            )
-        if "reference" in paths:
-            procs.append(start(ref, f"http://127.0.0.1:{args.port + 1}/", root / "ref.log", env))
-        for model in paths:
-            port = args.port + 1 if model == "reference" else args.port
-            run_model(root, model, port, local_dir)
-            bfcl(
-                root,
-                "evaluate",
-                "--model",
-                model,
-                "--test-category",
-                ",".join(CATEGORIES[c] for c in cats),
-                "--partial-eval",
-            )
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(30)
+    if not args.score_only:
+        generate(args, root, paths, serve, ref, env, local_dir)
+    for model in paths:
+        tests = ",".join(CATEGORIES[c] for c in cats)
+        bfcl(root, "evaluate", "--model", model, "--test-category", tests, "--partial-eval")
     table = {m: accuracies(root, m, cats) for m in paths}
     keys = {"augserve-chat": "augserve_chat", "augserve-completions": "augserve_completions"}
     data = provenance(sys.argv) | {"model": args.gguf.name, "max_tokens_per_turn": args.max_tokens}
-    data["categories"] = {
-        c: {keys.get(m, m): table[m].get(c) for m in paths} | {"n": counts[c]} for c in cats
-    }
+    if args.note:
+        data["note"] = args.note
+    data["categories"] = {}
+    for c in cats:
+        row: dict[str, Any] = {keys.get(m, m): table[m].get(c, (None, 0))[0] for m in paths}
+        row["n"] = counts[c]
+        row["n_scored"] = {keys.get(m, m): table[m].get(c, (None, 0))[1] for m in paths}
+        data["categories"][c] = row
     print(json.dumps(data["categories"], indent=1))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
