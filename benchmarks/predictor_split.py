@@ -41,7 +41,8 @@ from augserve.predict.evaluate import (
     twin_ids,
 )
 from augserve.predict.features import segment_rows
-from augserve.predict.learned import LearnedConfig, train_learned_predictor
+from augserve.predict.learned import LearnedConfig
+from augserve.predict.train import train_learned_predictor
 from augserve.workload.registry import load_trace
 
 ROOT = Path(__file__).resolve().parent.parent

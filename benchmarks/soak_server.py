@@ -198,9 +198,14 @@ class Soak:
 
     async def one(self, client: Any) -> None:
         kind, seed = self.pick()
-        body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}],
-                "max_tokens": 48 if SCENARIOS[kind][1] is None else 200, "seed": seed,
-                "stream": kind in ("stream", "disconnect")}  # fmt: skip
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "max_tokens": 48 if SCENARIOS[kind][1] is None else 200,
+            "seed": seed,
+            "stream": kind in ("stream", "disconnect"),
+            "server_tools": "all",  # the scripted calls name the server's tools
+        }
         start = time.monotonic()
         rec: dict[str, Any] = {"kind": kind, "start": start - self.t0, "ok": False}
         try:

@@ -4,8 +4,10 @@
     python examples/agent_loop.py "What is (17 + 25) * 3, and the weather in Paris?"
 
 The server's own tools (tools.yaml) run inside the engine: the model's calls to them
-never reach this client. The one tool declared here, `ask_user`, is the client's:
-its calls come back as `tool_calls`, the loop runs it and sends the result back.
+never reach this client. A request sees them only when it asks (`server_tools`:
+names, or "all"; docs/server.md, "Which tools a request is offered"). The one tool
+declared here, `ask_user`, is the client's: its calls come back as `tool_calls`, the
+loop runs it and sends the result back.
 """
 
 from __future__ import annotations
@@ -41,7 +43,11 @@ def run(client: OpenAI, model: str, prompt: str, max_turns: int = 8) -> str:
     messages: list[Any] = [{"role": "user", "content": prompt}]
     for _ in range(max_turns):
         resp = client.chat.completions.create(
-            model=model, messages=messages, tools=CLIENT_TOOLS, max_tokens=512
+            model=model,
+            messages=messages,
+            tools=CLIENT_TOOLS,
+            max_tokens=512,
+            extra_body={"server_tools": "all"},  # and every tool of the server's
         )
         msg = resp.choices[0].message
         if not msg.tool_calls:

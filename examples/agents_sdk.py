@@ -4,8 +4,9 @@ default model speaks the Responses API (`/v1/responses`).
     augserve serve --model DIR --tools examples/tools.yaml --port 8000
     python examples/agents_sdk.py "What time is it in UTC, and what is 6 * 7?"
 
-Server-side tools (tools.yaml) run inside augserve; `local_greeting` below is a
-function tool the SDK runs in this process.
+Server-side tools (tools.yaml) run inside augserve, offered to the model because the
+requests ask for them (`server_tools: "all"`, below); `local_greeting` is a function
+tool the SDK runs in this process.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ import asyncio
 import os
 import sys
 
-from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    ModelSettings,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
 from openai import AsyncOpenAI
 
 
@@ -34,6 +42,7 @@ async def main(prompt: str) -> None:
         instructions="Use the tools when they help. Answer briefly.",
         tools=[local_greeting],
         model=OpenAIResponsesModel(model=model, openai_client=client),
+        model_settings=ModelSettings(extra_body={"server_tools": "all"}),
     )
     result = await Runner.run(agent, prompt)
     print(result.final_output)

@@ -58,7 +58,8 @@ def point_identity(
             ident["predictor_files"] = [_fingerprint(str(p)) for p in sorted(Path(where).glob("*"))]
     if point.backend != "sim":
         ident["env"] = {k: v for k, v in sorted(env.items()) if k.startswith("AUGSERVE_ENGINE_")}
-    return json.loads(json.dumps(ident, sort_keys=True))  # tuples -> lists, as read back
+    back: dict[str, Any] = json.loads(json.dumps(ident, sort_keys=True))  # tuples -> lists
+    return back
 
 
 def _fingerprint(path: str) -> list[Any]:

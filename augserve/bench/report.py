@@ -79,14 +79,6 @@ def read_json_rows(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def write_rows(path: str | Path, rows: Sequence[Mapping[str, Any]], **meta: Any) -> None:
-    """By extension: `.csv` -> CSV, anything else -> JSON."""
-    if Path(path).suffix == ".csv":
-        write_csv(path, rows)
-    else:
-        write_json(path, rows, **meta)
-
-
 # --- the bench table ---------------------------------------------------------------------
 # (row key, header, format, meaning): the columns `augserve bench` prints
 TABLE: tuple[tuple[str, str, str, str], ...] = (

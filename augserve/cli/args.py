@@ -9,10 +9,12 @@ the flag (`augserve: error: argument --rates: ...`) before any work starts.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 Bad = argparse.ArgumentTypeError
@@ -275,6 +277,26 @@ def out_file(flag: str, text: str) -> Path:
 
 def _reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
+
+
+DISK_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def disk_errors(folder: Path) -> Iterator[None]:
+    """A full or read-only disk while writing under `folder` (the model cache) as one
+    OSError naming the folder, whichever exception the writer raised for it (safetensors
+    raises its own: "I/O error: No space left on device (os error 28)")."""
+    try:
+        yield
+    except Exception as exc:
+        code = exc.errno if isinstance(exc, OSError) else None
+        if code not in DISK_ERRORS:
+            code = next((c for c in DISK_ERRORS if os.strerror(c) in str(exc)), None)
+        if code is None:
+            raise
+        hint = "free some space there, or point XDG_CACHE_HOME to another disk"
+        raise OSError(code, f"{os.strerror(code)} ({hint})", str(folder)) from None
 
 
 def one_line(exc: BaseException, strip: tuple[str, ...] = ()) -> str:

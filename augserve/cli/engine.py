@@ -67,6 +67,11 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch-tokens", type=int, default=512)
     p.add_argument("--policy", default="augserve")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default=None,
+        help="torch.compile the model first (default: on CUDA for >= 20M parameters, "
+        "off on CPU)",
+    )  # fmt: skip
 
 
 def _make_model(args: argparse.Namespace) -> int:
@@ -85,6 +90,7 @@ def _generate(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         device=args.device,
         num_threads=args.threads,
+        compile=args.compile,
         block_size=args.block_size,
         num_device_blocks=args.num_device_blocks,
         kv_cache_memory=args.kv_cache_memory,
@@ -119,13 +125,17 @@ def _profile(args: argparse.Namespace) -> int:
     from augserve.engine.model_runner import ModelRunner, RunnerConfig
     from augserve.engine.profiler import profile_runner
     from augserve.engine.resolve import resolve_model
+    from augserve.engine.warmup import warm_up
 
     blocks = args.num_device_blocks
     if blocks is None and args.kv_cache_memory is None:
         blocks = 512
     kv = KVCacheConfig(args.block_size, blocks, args.kv_cache_memory, args.num_host_blocks)
     model = resolve_model(args.model)
-    runner = ModelRunner(RunnerConfig(model, args.dtype, args.device, kv, args.threads))
+    runner = ModelRunner(
+        RunnerConfig(model, args.dtype, args.device, kv, args.threads, compile=args.compile)
+    )
+    warm_up(runner)  # compiled: before the timings, not inside them
     given = Path(args.model).resolve()
     name = args.name or (given.stem if given.is_file() else given.name)
     res = profile_runner(

@@ -108,7 +108,8 @@ def _fraction(text: str) -> float:
 
 def _train(args: argparse.Namespace) -> int:
     from augserve.predict.evaluate import split_by_request
-    from augserve.predict.learned import LearnedConfig, train_learned_predictor
+    from augserve.predict.learned import LearnedConfig
+    from augserve.predict.train import train_learned_predictor
     from augserve.workload.registry import load_trace
 
     argtypes.out_dir("--out", args.out)

@@ -21,10 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from augserve.cli import HelpFormatter
+from augserve.cli import EXIT_INTERRUPTED, HelpFormatter
 from augserve.cli import args as argtypes
-
-EXIT_INTERRUPTED = 130
 
 
 def _section_names() -> list[str]:

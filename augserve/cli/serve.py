@@ -12,9 +12,11 @@ import argparse
 import logging
 import os
 import socket
+from functools import partial
 from typing import Any
 
 from augserve.cli import args as argtypes
+from augserve.cli.args import disk_errors
 from augserve.engine.tool_parsers import PARSER_CHOICES
 
 log = logging.getLogger("augserve.serve")
@@ -92,6 +94,11 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--tools", default=None, metavar="FILE",
         help="server-side tools, YAML/JSON (default: none; docs/server.md)",
+    )  # fmt: skip
+    g.add_argument(
+        "--offer-server-tools", default="request", choices=("request", "always"),
+        help="request: a server tool is in a request's prompt only when the request declares "
+        "it in tools or names it in server_tools; always: in every request's" + D,
     )  # fmt: skip
     g.add_argument(
         "--chat-template", default=None, metavar="FILE",
@@ -196,6 +203,11 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--threads", type=_positive_int, default=None,
         help="torch CPU threads (default: torch's)",
+    )  # fmt: skip
+    g.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default=None,
+        help="torch.compile the model, before /health answers (default: on CUDA for "
+        "models of >= 20M parameters, off on CPU; AUGSERVE_COMPILE=0/1)",
     )  # fmt: skip
     g.add_argument("--seed", type=int, default=0, help="sampling seed" + D)
 
@@ -321,7 +333,9 @@ def engine_args(args: argparse.Namespace, model: str) -> Any:
         predictor=args.predictor,
         profile=None if args.profile in (None, "default") else args.profile,
         fit_latency=args.profile is None,
+        fit_in_background=True,  # /health answers first; the fit runs while serving
         num_threads=args.threads,
+        compile=args.compile,
         seed=args.seed,
         session_ttl=args.session_ttl,
         scheduler=scheduler_overrides(args),
@@ -334,24 +348,20 @@ def _serve(args: argparse.Namespace) -> int:
     argtypes.require_extra("engine", "torch", "safetensors", "tokenizers")
     from augserve.core.metrics import SLOConfig
     from augserve.engine.async_engine import AsyncLLMEngine
-    from augserve.engine.builder import build_engine
+    from augserve.engine.builder import build_engine, load_latency
+    from augserve.engine.gguf_dir import cache_root
     from augserve.engine.resolve import resolve_model
     from augserve.server.default_model import default_model
-    from augserve.server.launch import ServeOptions, build_state, serve_forever
+    from augserve.server.launch import ServeOptions, build_state, load_tools, serve_forever
     from augserve.server.state import ServerLimits
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    # everything that can be checked without a model first: one line, exit 2, at once
     check_port(args.host, args.port)
-    model = args.model
-    names = args.served_model_name
-    if model is None:
-        default_dir, default_names = default_model()
-        model = str(default_dir)
-        names = names or default_names
-    else:
-        model = resolve_model(model)
-    names = names or [args.model]
-    eargs = engine_args(args, model)
+    registry = load_tools(args.tools, args.offer_server_tools)
+    probe = engine_args(args, args.model or "-")  # the engine's flags, on no model yet
+    probe.scheduler_config()
+    load_latency(probe.profile)
     limits = ServerLimits(
         args.max_body_bytes,
         args.max_tokens_limit,
@@ -360,17 +370,31 @@ def _serve(args: argparse.Namespace) -> int:
         write_timeout=args.write_timeout,
         idle_timeout=args.idle_timeout,
     )
-    opts = ServeOptions(
-        tuple(names),
-        args.tools,
-        args.chat_template,
-        args.tool_call_parser,
-        limits,
-        SLOConfig(args.slo_norm_latency, args.slo_ttft),
+    options = partial(
+        ServeOptions,
+        tools_file=args.tools,
+        chat_template=args.chat_template,
+        tool_call_parser=args.tool_call_parser,
+        limits=limits,
+        slo=SLOConfig(args.slo_norm_latency, args.slo_ttft),
         allow_scripted_tools=args.allow_scripted_tools,
+        offer_server_tools=args.offer_server_tools,
     )
+    options(("-",))  # the options' own checks, before the model
+    model = args.model
+    names = args.served_model_name
+    with disk_errors(cache_root()):  # the default model is built or fetched into the cache
+        if model is None:
+            default_dir, default_names = default_model()
+            model = str(default_dir)
+            names = names or default_names
+        else:
+            model = resolve_model(model)
+    names = names or [args.model]
+    eargs = engine_args(args, model)
+    opts = options(tuple(names))
     aengine = AsyncLLMEngine(build_engine(eargs))
-    state = build_state(aengine, model, opts)
+    state = build_state(aengine, model, opts, registry)
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     uvicorn_level = args.uvicorn_log_level or args.log_level
     return serve_forever(state, args.host, args.port, api_key, uvicorn_level)

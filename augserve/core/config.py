@@ -79,6 +79,18 @@ class SchedulerConfig:
         kept softly (always reclaimable), and a continuation whose prompt extends its
         context (or that names its session id) resumes it. 0 (the default here; the
         engine's is 600): the request finishes at the call, as before.
+    growth_first / max_preemptions: the progress rules every policy runs under
+        (`sched/progress.py`, docs/scheduler.md "Progress under overload"): when the
+        pool cannot give the KV holders the blocks they need this iteration, they are
+        offered the batch before any request without KV is admitted (vLLM's rule); a
+        request preempted `max_preemptions` times in a segment is protected: offered
+        first and preempted only by requests protected before it, so it finishes
+        (None: never protected; policies whose preemption order is fixed do not need
+        it and keep their reference behaviour, see `RankingPolicy.fixed_preempt_order`).
+    recompute_budget: the rules above engage only while preemption throws away more
+        computed tokens than this many per token of the segments that ended, over the
+        last few hundred iterations (`progress.ThrashMeter`); below it every policy
+        packs as its own rules say. None: the rules are always on.
     """
 
     policy: str = "augserve"
@@ -111,6 +123,9 @@ class SchedulerConfig:
     admit_growth: float | None = None
     enable_prefix_caching: bool | None = None
     session_ttl: float = 0.0
+    growth_first: bool = True
+    max_preemptions: int | None = 2
+    recompute_budget: float | None = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or not self.policy:
@@ -121,6 +136,11 @@ class SchedulerConfig:
         if self.num_host_blocks < 0:
             raise ValueError(
                 f"SchedulerConfig.num_host_blocks must be >= 0, got {self.num_host_blocks}"
+            )
+        _positive(self, "max_preemptions")
+        if self.recompute_budget is not None and not self.recompute_budget >= 0:
+            raise ValueError(
+                f"SchedulerConfig.recompute_budget must be >= 0, got {self.recompute_budget}"
             )
         if not self.session_ttl >= 0:
             raise ValueError(f"SchedulerConfig.session_ttl must be >= 0, got {self.session_ttl}")

@@ -14,6 +14,8 @@ the real engine.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
@@ -73,6 +75,22 @@ def _check_nonneg(obj: object, names: tuple[str, ...]) -> None:
             raise ValueError(f"{type(obj).__name__}.{name} must be >= 0, got {value}")
 
 
+def _check_finite(obj: object, names: tuple[str, ...]) -> None:
+    """A NaN passes every comparison (`nan < 0` is False): check numbers are numbers."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"{type(obj).__name__}.{name} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{type(obj).__name__}.{name} must be finite, got {value}")
+
+
+_NUMBERS = (
+    "c0", "c_prefill", "c_attn", "c_decode", "c_ctx", "kv_bytes", "device_kv_bytes",
+    "host_kv_bytes", "swap_bandwidth", "max_batch_tokens", "max_num_seqs",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class LatencyProfile:
     """A linear iteration-time model plus the memory facts of one setup."""
@@ -92,6 +110,7 @@ class LatencyProfile:
     description: str = ""
 
     def __post_init__(self) -> None:
+        _check_finite(self, _NUMBERS)
         _check_nonneg(self, ("c0", "c_prefill", "c_attn", "c_decode", "c_ctx", "host_kv_bytes"))
         for name in ("kv_bytes", "device_kv_bytes", "max_batch_tokens", "max_num_seqs"):
             if getattr(self, name) <= 0:

@@ -152,6 +152,9 @@ class Request:
     pred_output_len: float = 0.0  # predicted tokens still to generate in this segment
     pred_call_time: float | None = None  # predicted duration of the call ending it
     pred_return_len: float = 0.0
+    # --- progress (sched/progress.py) ------------------------------------------
+    num_preemptions: int = 0  # times its KV was taken while runnable, in this segment
+    protected: int | None = None  # protection order once preempted too often (None: not)
     # --- prefix cache (sched/prefix_cache.py) -----------------------------------
     num_cached_tokens: int = 0  # tokens of the context found in the prefix cache
     num_cached_prompt_tokens: int = 0  # prompt tokens hit at the first admission (usage)

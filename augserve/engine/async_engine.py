@@ -17,6 +17,12 @@ one), a new request is predicted in a worker thread before it joins the
 scheduler, and a returned call's next segment is predicted before its result
 is handed back, so the loop never waits on a predictor.
 
+A latency fit still to do (`LLMEngine.latency_fit`, `background_fit.py`: the
+server's start-up fit when nothing was cached) runs one batch shape per loop turn
+on the engine's thread, between two steps (back to back while the engine idles,
+else after every `FIT_EVERY` steps that computed); the loop starts with the server
+(`start`), so the fit begins before the first request.
+
 A forward that raises aborts only its batch: those requests finish with reason
 "error" (their KV freed) and their `generate()` raises `RequestFailed`; the
 engine goes on with the next step. `healthy` turns False after
@@ -29,9 +35,10 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from augserve.core.prediction import Prediction
 from augserve.core.request import Request, Segment
@@ -44,7 +51,9 @@ from augserve.sched.output import SchedulerStats
 log = logging.getLogger("augserve.engine")
 
 _Item = RequestOutput | BaseException
+_T = TypeVar("_T")
 FAILURES_UNHEALTHY = 3  # failed steps in a row that make the engine unhealthy
+FIT_EVERY = 32  # busy steps between two pieces of a background latency fit
 
 
 class RequestFailed(RuntimeError):
@@ -95,12 +104,13 @@ class AsyncLLMEngine:
         self._adds: list[_Add] = []  # arrivals while a step runs, applied after it
         self._aborts: list[str] = []  # aborts while a step runs, applied after it
         self._stepping = False  # a step is running in the worker thread
-        self._inflight: asyncio.Future[EngineStep] | None = None
+        self._inflight: asyncio.Future[Any] | None = None
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
         self._failed: dict[str, str] = {}  # request id -> why its batch failed
         self._step_pool: ThreadPoolExecutor | None = None  # the engine's own thread
+        self._busy_steps = 0  # busy steps since the last piece of a latency fit
         self.failed_steps = 0  # steps that raised, in all
         self.failures_in_a_row = 0
         self.last_failure: str | None = None
@@ -203,18 +213,21 @@ class AsyncLLMEngine:
             self.engine.abort(rid)
 
     async def _step(self) -> EngineStep:
-        """One engine step on the engine's thread; the loop stays free meanwhile. If the
-        loop is cancelled mid-step the step still completes (`shutdown` waits for it),
-        and the engine is not touched from the loop until it has."""
+        """One engine step on the engine's thread; the loop stays free meanwhile."""
+        return await self._on_engine_thread(self._guarded_step)
+
+    async def _on_engine_thread(self, fn: Callable[[], _T]) -> _T:
+        """Run `fn` (a step, a piece of the latency fit) on the engine's thread. If the
+        loop is cancelled meanwhile `fn` still completes (`shutdown` waits for it), and
+        the engine is not touched from the loop until it has."""
         if not self.step_in_thread:
-            return self._guarded_step()
+            return fn()
         if self._step_pool is None:
             self._step_pool = ThreadPoolExecutor(1, thread_name_prefix="augserve-engine")
         self._stepping = True
         loop = asyncio.get_running_loop()
-        fut = self._inflight = asyncio.ensure_future(
-            loop.run_in_executor(self._step_pool, self._guarded_step)
-        )
+        fut = asyncio.ensure_future(loop.run_in_executor(self._step_pool, fn))
+        self._inflight = fut
         fut.add_done_callback(self._step_done)
         return await asyncio.shield(fut)
 
@@ -266,6 +279,11 @@ class AsyncLLMEngine:
     def _step_done(self, _: object) -> None:
         self._stepping = False
 
+    def start(self) -> None:
+        """Start the engine loop now (the server's start-up: a background latency fit
+        runs from here), not at the first request; call it on the running loop."""
+        self._ensure_started()
+
     def _ensure_started(self) -> None:
         if self._loop_task is None or self._loop_task.done():
             self._wake = asyncio.Event()
@@ -286,12 +304,27 @@ class AsyncLLMEngine:
                 continue
             if step is not None:
                 self._dispatch(step)
+            if self._fit_turn(step):  # one shape of it between steps
+                await self._on_engine_thread(self.engine.fit_step)
+                await asyncio.sleep(0)
+                continue
             if step is None or step.idle:
                 if not (self._returns or self._adds or self._aborts):  # sleep until news
                     self._wake.clear()
                     await self._wake.wait()
             else:
                 await asyncio.sleep(0)  # let call tasks and clients run
+
+    def _fit_turn(self, step: EngineStep | None) -> bool:
+        """Whether a piece of the latency fit runs now: at once while the engine idles,
+        else after every `FIT_EVERY` busy steps (requests slow down by a bounded share)."""
+        if self.engine.latency_fit is None:
+            return False
+        self._busy_steps = 0 if step is None or step.idle else self._busy_steps + 1
+        if self._busy_steps == 0 or self._busy_steps >= FIT_EVERY:
+            self._busy_steps = 0
+            return True
+        return False
 
     async def _iteration(self) -> EngineStep | None:
         self._apply_pending()

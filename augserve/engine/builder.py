@@ -14,12 +14,15 @@ from typing import Any
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
+from augserve.engine.background_fit import LatencyFit, SwitchableLatency
 from augserve.engine.engine import LLMEngine
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.latency_default import default_latency
 from augserve.engine.model_runner import ModelRunner, RunnerConfig
 from augserve.engine.resolve import resolve_model
+from augserve.engine.startup_profile import cache_path, read_cached, startup_latency
 from augserve.engine.tokenizer import Tokenizer
+from augserve.engine.warmup import warm_up
 from augserve.predict.base import make_predictor
 
 DEFAULT_DEVICE_BLOCKS = 512
@@ -33,7 +36,8 @@ class EngineArgs:
     memory, or of the free RAM on CPU: `kv_budget.py`); default 512 blocks. Host swap
     pool: `num_host_blocks` or `swap_space` (bytes). `profile`: a shipped profile name
     or JSON file for the scheduler's latency model; without one, `fit_latency` fits it
-    to this engine at start-up (cached per model and machine, `startup_profile.py`),
+    to this engine at start-up (cached per model and machine, `startup_profile.py`;
+    with `fit_in_background`, while the engine already serves: `background_fit.py`),
     else the rough placeholder of `default_latency`. `predictor`: `online` (learned
     from the engine's own requests and calls) by default; only `oracle` reads
     scripted plans.
@@ -61,7 +65,9 @@ class EngineArgs:
     predictor: str = "online"
     profile: str | None = None
     fit_latency: bool = False
+    fit_in_background: bool = False  # with fit_latency and no cached fit: after start-up
     num_threads: int | None = None
+    compile: bool | None = None  # torch.compile; None: `ops.compile_wanted` (off on CPU)
     seed: int = 0
     enable_prefix_caching: bool | None = None
     session_ttl: float = 600.0
@@ -150,15 +156,20 @@ def build_runner(args: EngineArgs) -> ModelRunner:
         device_blocks = DEFAULT_DEVICE_BLOCKS
     host_blocks = args.num_host_blocks
     kv = KVCacheConfig(args.block_size, device_blocks, args.kv_cache_memory, host_blocks)
-    runner = ModelRunner(RunnerConfig(args.model, args.dtype, args.device, kv, args.num_threads))
+    runner = ModelRunner(_runner_config(args, kv))
     if args.swap_space:  # bytes -> blocks needs the model's KV size: build once more
         host = args.swap_space // (runner.kv_bytes_per_token * args.block_size)
         kv = KVCacheConfig(args.block_size, runner.num_device_blocks, None, host)
         del runner
-        runner = ModelRunner(
-            RunnerConfig(args.model, args.dtype, args.device, kv, args.num_threads)
-        )
+        runner = ModelRunner(_runner_config(args, kv))
+    warm_up(runner)  # a compiled runner compiles here, before anything is served
     return runner
+
+
+def _runner_config(args: EngineArgs, kv: KVCacheConfig) -> RunnerConfig:
+    return RunnerConfig(
+        args.model, args.dtype, args.device, kv, args.num_threads, compile=args.compile
+    )
 
 
 def build_engine(
@@ -183,6 +194,15 @@ def build_engine(
         max_model_len=args.max_model_len,
     )
     engine.latency_source = source
+    if isinstance(latency, SwitchableLatency):  # no cached fit: fit while serving
+        where = cache_path(runner, config, args.model, None)
+        engine.latency_fit = LatencyFit(
+            runner, config.max_batch_tokens, config.max_num_seqs, Path(args.model).name, where
+        )
+        log.info(
+            "latency model: no cached fit for this engine and machine; the server starts "
+            "with the placeholder and fits in the background (--profile default: no fit)"
+        )
     return engine
 
 
@@ -190,12 +210,17 @@ def resolve_latency(
     args: EngineArgs, runner: ModelRunner, config: SchedulerConfig, given: LatencyModel | None
 ) -> tuple[LatencyModel, str]:
     """The latency model and its source: "file" (given, or `profile`: always wins),
-    "cached" or "fitted" (`fit_latency`), else "default" (the placeholder)."""
+    "cached" or "fitted" (`fit_latency`), else "default" (the placeholder). With
+    `fit_in_background` and no cached fit: the placeholder behind a `SwitchableLatency`,
+    which the engine's background fit replaces (`background_fit.py`)."""
     explicit = given or load_latency(args.profile)
     if explicit is not None:
         return explicit, "file"
+    if args.fit_latency and args.fit_in_background:
+        cached = read_cached(cache_path(runner, config, args.model, None))
+        if cached is not None:
+            return cached, "cached"
+        return SwitchableLatency(default_latency(runner, config)), "default"
     if args.fit_latency:
-        from augserve.engine.startup_profile import startup_latency
-
         return startup_latency(runner, config, args.model)
     return default_latency(runner, config), "default"

@@ -85,7 +85,7 @@ class DecodeGraphs:
     def _capture(self, b: int, w: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         self._pad()
         args = (self.ids[:b], self.pos[:b], self._meta(b, w), *self.caches)
-        side = torch.cuda.Stream()
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up off the capture (lazy init, autotuning)
             for _ in range(2):

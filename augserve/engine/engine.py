@@ -30,6 +30,7 @@ from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
 from augserve.core.prediction import Prediction, Predictor
 from augserve.core.request import FinishReason, Request, Segment
+from augserve.engine.background_fit import LatencyFit, SwitchableLatency
 from augserve.engine.events import decide
 from augserve.engine.grammar import GrammarMasker
 from augserve.engine.latency_default import default_latency
@@ -110,6 +111,7 @@ class LLMEngine:
         self.latency = latency or default_latency(runner, self.config)
         # where the latency model came from: fitted / cached / file / default (`builder`)
         self.latency_source = "file" if latency is not None else "default"
+        self.latency_fit: LatencyFit | None = None  # a fit running between steps
         self.predictor = predictor or make_predictor(self.config.predictor)
         self.scheduler = Scheduler(self.config, self.latency, self.predictor)
         self.clock = clock
@@ -255,6 +257,34 @@ class LLMEngine:
                 raise ValueError("a text call result needs a tokenizer")
             return self.tokenizer.encode(result, add_special_tokens=False)
         return [int(t) for t in result]
+
+    # --- the latency model --------------------------------------------------------------
+    def set_latency(self, latency: LatencyModel, source: str) -> None:
+        """Price with `latency` from now on (the background fit's result: the engine
+        must have been built with a `SwitchableLatency`, `builder.build_engine`)."""
+        if not isinstance(self.latency, SwitchableLatency):
+            raise ValueError("set_latency needs an engine built with a SwitchableLatency")
+        self.latency.current = latency
+        # the one number a policy keeps from its latency model (`RankingPolicy.tau_iter`)
+        self.scheduler.policy.tau_iter = latency.decode_iter_time()
+        self.latency_source = source
+
+    def fit_step(self) -> None:
+        """One piece of the background latency fit (`background_fit.py`), between steps;
+        when it is done the scheduler switches to the fitted model."""
+        fit = self.latency_fit
+        if fit is None:
+            return
+        try:
+            prof = fit.step(self.scheduler.pool)
+        except Exception as exc:  # a failed fit never stops serving
+            fit.fail(exc)
+            self.latency_fit = None
+            return
+        if prof is not None:
+            self.set_latency(prof, "fitted")
+            self.latency_fit = None
+            fit.done.set()
 
     # --- queries ------------------------------------------------------------------------
     def has_unfinished(self) -> bool:

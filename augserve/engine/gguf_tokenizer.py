@@ -88,7 +88,7 @@ def _llama_spm(meta: dict[str, Any]) -> Any:
     vocab = {t: i for i, t in enumerate(tokens)}
     model = models.BPE(vocab, spm_merges(tokens, scores), unk_token=unk, byte_fallback=True)
     tok = Tokenizer(model)
-    steps = [normalizers.Replace(" ", "\u2581")]
+    steps: list[normalizers.Normalizer] = [normalizers.Replace(" ", "\u2581")]
     if meta.get("add_space_prefix", True):
         steps.insert(0, normalizers.Prepend("\u2581"))
     tok.normalizer = normalizers.Sequence(steps)

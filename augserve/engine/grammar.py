@@ -62,7 +62,7 @@ def call_grammar(parser: str, tools: Sequence[tuple[str, dict[str, Any] | None]]
 
 def _triton_ok() -> bool:
     try:
-        import triton  # noqa: F401
+        import triton  # type: ignore[import-untyped,unused-ignore]  # noqa: F401
     except ImportError:
         return False
     return True
@@ -76,7 +76,7 @@ class GrammarMasker:
         from transformers import PreTrainedTokenizerFast
 
         self._xgr = xgr
-        hf = PreTrainedTokenizerFast(tokenizer_object=backend_tokenizer)
+        hf = PreTrainedTokenizerFast(tokenizer_object=backend_tokenizer)  # type: ignore[no-untyped-call,unused-ignore]
         self.vocab_size = vocab_size
         info = xgr.TokenizerInfo.from_huggingface(
             hf, vocab_size=vocab_size, stop_token_ids=list(stop_ids) or None

@@ -142,16 +142,6 @@ class KVCache:
                 torch.index_select(host_t, 0, src_t, out=moved)
             dev_t.index_copy_(0, dst, moved.to(self.device, non_blocking=pinned))
 
-    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
-        """Device-to-device block copies (src, dst), e.g. for copy-on-write."""
-        if not pairs:
-            return
-        self._check(pairs, self.num_device_blocks, self.num_device_blocks, "copy_blocks")
-        src = torch.tensor([p[0] for p in pairs], device=self.device)
-        dst = torch.tensor([p[1] for p in pairs], device=self.device)
-        for t in self.k_caches + self.v_caches:
-            t.index_copy_(0, dst, t.index_select(0, src))
-
 
 def _as_run(ids: list[int]) -> slice | None:
     """ids as a slice when they are consecutive and ascending, else None."""

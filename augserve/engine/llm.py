@@ -144,7 +144,7 @@ class LLM:
         arrivals = list(arrival_times) if arrival_times is not None else [0.0] * len(requests)
         if len(arrivals) != len(requests):
             raise ValueError("run_trace: arrival_times must match requests")
-        plan = [
+        plan: list[tuple[float, str, Prompt, SamplingParams, list[Segment] | None]] = [
             (
                 t * time_scale,
                 getattr(r, "request_id", None) or self._next_id(),

@@ -69,9 +69,10 @@ class RunnerConfig:
     """How to build a ModelRunner. dtype: 'bf16' | 'fp16' | 'fp32' | None (bf16).
 
     compile: torch.compile the layers' fused regions and the paged decode kernel;
-    None = AUGSERVE_COMPILE if set, else on for models of >= 20M parameters
-    (`ops.compile_wanted`). The first steps then pay a one-off compile (tens of
-    seconds on CPU, cached on disk by inductor for later processes)."""
+    None = AUGSERVE_COMPILE if set, else on CUDA for models of >= 20M parameters, off
+    on CPU (`ops.compile_wanted`). The first steps then pay a one-off compile (minutes
+    on a busy CPU; cached on disk by inductor for later processes): `warmup.warm_up`
+    pays it before serving (`builder.build_runner` calls it)."""
 
     model_dir: str
     dtype: str | None = None

@@ -51,14 +51,16 @@ def rotate(
 
 def compile_wanted(setting: bool | None, num_params: int, device: torch.device) -> bool:
     """Whether to compile: an explicit setting wins, then AUGSERVE_COMPILE=0/1, then
-    'auto': on for models of at least 20M parameters (below that the one-off compile
-    time outweighs the gain; the tests' tiny models stay eager)."""
+    'auto': on CUDA for models of at least 20M parameters (below that the one-off
+    compile time outweighs the gain; the tests' tiny models stay eager); off on CPU,
+    where a cold compile of SmolLM2 took minutes on a busy 2-core machine for steps
+    not faster enough to pay for it (docs/engine-speed.md, "Compilation")."""
     if setting is not None:
         return setting
     env = env_switch("AUGSERVE_COMPILE")
     if env is not None:
         return env
-    return num_params >= 20_000_000 and device.type in ("cpu", "cuda")
+    return num_params >= 20_000_000 and device.type == "cuda"
 
 
 def env_switch(name: str) -> bool | None:

@@ -84,27 +84,46 @@ def shape_of(prefills: Sequence[tuple[int, int]], decodes: Sequence[int]) -> Bat
     return BatchShape(prefill, attn, len(decodes), sum(c + 1 for c in decodes))
 
 
-def _chunks(
-    runner: ModelRunner, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]
+def batch_chunks(
+    runner: ModelRunner,
+    prefills: Sequence[tuple[int, int]],
+    decodes: Sequence[int],
+    blocks: Sequence[int] | None = None,
 ) -> list[SeqChunk]:
-    """SeqChunks for a batch spec. Block tables wrap around the cache: contents are
-    garbage and may collide, which costs the same time as real KV."""
-    bs, nblocks, next_block = runner.block_size, runner.num_device_blocks, 0
+    """SeqChunks for a batch spec. Block tables wrap around `blocks` (default: the
+    whole cache, fine before anything is served): contents are garbage and may
+    collide, which costs the same time as real KV."""
+    bs, next_block = runner.block_size, 0
+    pool = list(blocks) if blocks is not None else range(runner.num_device_blocks)
+    nblocks = len(pool)
     rng = random.Random(0)
     chunks = []
     for i, (n, start) in enumerate([*prefills, *((1, c) for c in decodes)]):
         need = -(-(start + n) // bs)
-        table = [(next_block + j) % nblocks for j in range(need)]
+        table = [pool[(next_block + j) % nblocks] for j in range(need)]
         next_block = (next_block + need) % nblocks
         ids = [rng.randrange(3, runner.vocab_size) for _ in range(n)]
         chunks.append(SeqChunk(f"p{i}", ids, start, table, True, _GREEDY))
     return chunks
 
 
-def time_batch(runner: ModelRunner, spec: BatchSpec, repeats: int, stat: str = "min") -> float:
+def blocks_needed(runner: ModelRunner, spec: BatchSpec) -> int:
+    """Device blocks the batch's block tables cover (without wrapping)."""
+    bs = runner.block_size
+    return sum(-(-(s + n) // bs) for n, s in spec[0]) + sum(-(-(c + 1) // bs) for c in spec[1])
+
+
+def time_batch(
+    runner: ModelRunner,
+    spec: BatchSpec,
+    repeats: int,
+    stat: str = "min",
+    blocks: Sequence[int] | None = None,
+) -> float:
     """Seconds for one `execute` of the batch: the min (noise on a shared machine only
-    ever adds time) or the median of `repeats` runs after a warm-up."""
-    chunks = _chunks(runner, *spec)
+    ever adds time) or the median of `repeats` runs after a warm-up. `blocks`: the
+    device blocks it may write (`batch_chunks`)."""
+    chunks = batch_chunks(runner, *spec, blocks=blocks)
     runner.execute(chunks)  # warm-up
     times = []
     for _ in range(repeats):
@@ -114,18 +133,29 @@ def time_batch(runner: ModelRunner, spec: BatchSpec, repeats: int, stat: str = "
     return min(times) if stat == "min" else statistics.median(times)
 
 
-def measure_swap_bandwidth(runner: ModelRunner, blocks: int = 64, repeats: int = 5) -> float:
-    """Bytes per second over the host link (mean of both directions, median of runs)."""
-    n = min(blocks, runner.num_device_blocks, runner.num_host_blocks)
+def measure_swap_bandwidth(
+    runner: ModelRunner,
+    blocks: int = 64,
+    repeats: int = 5,
+    pairs: Sequence[tuple[int, int]] | None = None,
+) -> float:
+    """Bytes per second over the host link (mean of both directions, median of runs).
+    `pairs`: the (device, host) blocks to copy (default: the first `blocks` of each,
+    fine before anything is served); 0.0 with none."""
+    if pairs is None:
+        n = min(blocks, runner.num_device_blocks, runner.num_host_blocks)
+        pairs = [(i, i) for i in range(n)]
+    pairs = list(pairs)
+    n = len(pairs)
     if n <= 0:
         return 0.0
-    pairs = [(i, i) for i in range(n)]
+    back = [(h, d) for d, h in pairs]
     nbytes = n * runner.block_size * runner.kv_bytes_per_token
     times = []
     for _ in range(repeats + 1):
         t = time.perf_counter()
         runner.swap_out(pairs)
-        runner.swap_in(pairs)
+        runner.swap_in(back)
         _sync(runner)
         times.append((time.perf_counter() - t) / 2)
     return nbytes / statistics.median(times[1:])
@@ -193,13 +223,27 @@ def profile_runner(
         samples.append(Sample(shape_of(*spec), time_batch(runner, spec, repeats, stat)))
         if progress is not None:
             progress(i + 1, len(specs))
+    bandwidth = measure_swap_bandwidth(runner) or 1e9
+    return fit_result(runner, name, samples, bandwidth, max_batch_tokens, holdout, seed)
+
+
+def fit_result(
+    runner: ModelRunner,
+    name: str,
+    samples: Sequence[Sample],
+    bandwidth: float,
+    max_batch_tokens: int,
+    holdout: float = 0.25,
+    seed: int = 0,
+) -> ProfileResult:
+    """Fit the measured samples (a random `holdout` share held out to report the error)."""
+    samples = list(samples)
     rng = random.Random(seed)
     rng.shuffle(samples)
     k = max(1, int(len(samples) * holdout))
     test, train = samples[:k], samples[k:]
     coef = fit(train)
     kv = runner.kv_bytes_per_token
-    bandwidth = measure_swap_bandwidth(runner) or 1e9
     prof = LatencyProfile(
         name=name,
         c0=coef["c0"],

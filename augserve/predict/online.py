@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from augserve.core.prediction import Prediction, client_key
+from augserve.core.prediction import Prediction
 from augserve.core.request import Request
 from augserve.predict.lognormal import LogStats
 
@@ -255,13 +255,6 @@ class OnlinePredictor:
         tool = call.tool or req.kind
         self.calls.observe(tool, call.args_len, call.end - call.start)
         self._return_stats(tool).observe(max(1, call.returned_tokens))
-
-    def observe_client_round_trip(self, tool: str | None, args_len: int, seconds: float) -> None:
-        """A client-side tool call came back after `seconds` (the sessions' round trip)."""
-        self.calls.observe(client_key(tool), args_len, seconds)
-
-    def predict_client_round_trip(self, tool: str | None, args_len: int = 0) -> float:
-        return self.calls.predict(client_key(tool), args_len)
 
     def _return_stats(self, tool: str | None) -> LogStats:
         key = tool or GLOBAL

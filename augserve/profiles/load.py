@@ -12,7 +12,6 @@ Every error is a `ValueError` whose message names the file and the field.
 from __future__ import annotations
 
 import json
-from dataclasses import fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -84,9 +83,3 @@ def _check_type(source: str, key: str, value: Any) -> None:
         return  # unknown keys are reported by LatencyProfile.from_dict
     if not ok:
         raise ValueError(f"{source}: field {key!r} must be {want}, got {value!r}")
-
-
-def _all_fields_typed() -> bool:
-    """Kept in step with LatencyProfile (checked by the tests)."""
-    typed = set(_FLOAT_FIELDS) | set(_INT_FIELDS) | set(_STR_FIELDS)
-    return typed == {f.name for f in fields(LatencyProfile)}

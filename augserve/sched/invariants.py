@@ -102,7 +102,10 @@ def check_invariants(
                 continue
             holds = bool(r.block_ids or r.host_block_ids)
             queued = r in sched.queue
-            _check(holds != queued, f"{r.request_id}: holds KV={holds}, queued={queued}")
+            _check(
+                queued == (not holds and r.protected is None),
+                f"{r.request_id}: holds KV={holds}, protected={r.protected}, queued={queued}",
+            )
         _check(
             len(sched.queue) + sched.num_held == sched.num_live - sched.num_in_calls(),
             "the queue and the KV holders do not add up to the runnable requests",

@@ -34,6 +34,11 @@ class MemoryManager:
         self.in_call: dict[str, Request] = {}  # paused requests holding device blocks
         # paused client sessions (`sessions.py`): reclaimable whatever their policy
         self.soft: set[str] = set()
+        # KV taken under pressure, for /metrics: "recompute" (a runnable request
+        # preempted) and "displace" (a preserved paused request evicted), and the
+        # computed tokens those takings threw away (to be computed again)
+        self.preemptions = {"recompute": 0, "displace": 0}
+        self.recomputed_tokens = 0
 
     # --- queries -----------------------------------------------------------------
     def reclaimable_blocks(self) -> int:
@@ -125,11 +130,17 @@ class MemoryManager:
         for victim in sorted(self.in_call.values(), key=expected_return, reverse=True):
             if freed >= blocks:
                 break
+            computed = victim.num_computed_tokens
             freed += self.evict(victim, blocks - freed, urgent=True)
+            self.preemptions["displace"] += 1
+            if victim.status is RequestStatus.PAUSED_DISCARDED:
+                self.recomputed_tokens += computed
         return freed
 
     def preempt(self, req: Request) -> int:
         """Take a runnable request's KV away (vLLM recompute preemption). Returns blocks."""
+        self.preemptions["recompute"] += 1
+        self.recomputed_tokens += req.num_computed_tokens
         freed = self.kv.discard(req)
         req.status = RequestStatus.WAITING
         return freed

@@ -41,6 +41,7 @@ from augserve.sched.admission import GrowthGate
 from augserve.sched.memory import MemoryManager
 from augserve.sched.output import ScheduledChunk
 from augserve.sched.policies.base import RankingPolicy
+from augserve.sched.progress import Protection, growth_blocks
 from augserve.sched.ranking import QueueScan, RankQueue
 
 Keyed = tuple[tuple[Any, ...], Request]
@@ -63,6 +64,7 @@ class Packer:
         now: float,
         *,
         queue: RankQueue | None = None,
+        protection: Protection | None = None,
     ) -> None:
         self.memory = memory
         self.kv = memory.kv
@@ -71,18 +73,26 @@ class Packer:
         self.config = config
         self.now = now
         key = policy.key
+        self.protection = protection or Protection(None, policy.preempt_key)
+        self.first: list[Request] = []  # protected requests, offered first in their order
         self.held: list[Keyed] = []  # requests holding KV, fully sorted
         self.no_kv: list[Request] = []  # requests holding none: ranked only if memory allows
         for r in candidates:
-            if r.block_ids or r.host_block_ids:
+            if r.protected is not None:
+                self.first.append(r)
+            elif r.block_ids or r.host_block_ids:
                 self.held.append((key(r, now), r))
             else:
                 self.no_kv.append(r)
         self.held.sort(key=itemgetter(0))
+        self.first.sort(key=_protection_order)
         self._heap: list[Keyed] | None = None
         self.queue = queue
         self._scan: QueueScan | None = None
-        self.holders = [r for _, r in self.held]  # preemption victims come from here
+        # preemption victims come from here, the last first: the lowest-ranked holders,
+        # then the protected ones that hold KV, the last protected first
+        self.holders = [r for r in self.first if r.block_ids or r.host_block_ids]
+        self.holders += [r for _, r in self.held]
         self.next_holder = 0
         self.last_key: tuple[Any, ...] | None = None
         self.scheduled: set[str] = set()
@@ -92,6 +102,15 @@ class Packer:
         self.block_size = config.block_size
         frac = policy.admission_growth()
         self.gate = GrowthGate(frac, memory, self.holders) if frac is not None else None
+        # growth first (`progress.py`): the holders cannot all grow from free + reclaimable
+        self.short = (
+            config.growth_first
+            and self.protection.engaged
+            and (
+                growth_blocks(self.holders, self.block_size)
+                > self.pool.num_free_device + memory.reclaimable_blocks()
+            )
+        )
 
     def _waiting_top(self) -> Keyed | None:
         """The best request without KV not yet offered (dropping those ranked before
@@ -125,12 +144,43 @@ class Packer:
         return self._heap
 
     def run(self, budget: int) -> list[ScheduledChunk]:
-        """Offer requests in policy order until the budget, the batch size or the
-        requests run out."""
-        cfg = self.config
-        max_seqs, scan_on, bs = cfg.max_num_seqs, cfg.scan_on, self.block_size
+        """Offer requests until the budget, the batch size or the requests run out
+        (`progress.py`): the protected holders, then (growth first, when memory is
+        short) every other holder, then the protected requests without KV (from free
+        and reclaimable memory only), then the holders and the waiting requests merged
+        in policy order."""
         chunks: list[ScheduledChunk] = []
         left = budget
+        first = self.first
+        for req in first:
+            if req.block_ids or req.host_block_ids:
+                left = self._take(req, left, chunks, queued=False)
+        if self.short:
+            for _, req in self.held:
+                left = self._take(req, left, chunks, queued=False)
+            self.next_holder = len(self.held)
+        for req in first:
+            if req.request_id not in self.scheduled and not (req.block_ids or req.host_block_ids):
+                left = self._take(req, left, chunks, queued=False)
+        return self._merge(left, chunks)
+
+    def _take(self, req: Request, left: int, chunks: list[ScheduledChunk], queued: bool) -> int:
+        """Offer the batch to one request; the budget left after it."""
+        if left <= 0 or len(chunks) >= self.config.max_num_seqs:
+            return left
+        chunk = self.try_schedule(req, left)
+        if chunk is None:
+            return left
+        chunks.append(chunk)
+        self.scheduled.add(req.request_id)
+        if queued and self.queue is not None:
+            self.admitted.append(req)
+        return left - chunk.num_tokens
+
+    def _merge(self, left: int, chunks: list[ScheduledChunk]) -> list[ScheduledChunk]:
+        """The holders not yet offered and the waiting requests, in policy order."""
+        cfg = self.config
+        max_seqs, scan_on, bs = cfg.max_num_seqs, cfg.scan_on, self.block_size
         held, device, gate = self.held, self.pool.device, self.gate
         top: Keyed | None = None
         top_fresh = False  # `top` is the waiting top for the current last_key
@@ -183,7 +233,7 @@ class Packer:
         admitting = not (req.block_ids or req.host_block_ids)
         if admitting and (
             (not pool.device.num_free and self.reclaim_exhausted)
-            or (self.gate is not None and not self.gate.admits(req))
+            or (req.protected is None and self.gate is not None and not self.gate.admits(req))
         ):
             return None  # holds no KV and may not get any this iteration
         if req.host_block_ids:
@@ -230,19 +280,16 @@ class Packer:
         return freed
 
     def _preempt_lower(self, blocks: int, holder: Request | None) -> int:
-        """Preempt unscheduled KV holders that `holder` outranks, lowest-ranked first.
-
-        "Outranks" is the policy's `preempt_key`, which does not age: with
-        AugServe's aging value two requests could otherwise preempt each other
-        forever. The holder with the lowest preempt key can take all memory,
-        so some request always progresses.
-        """
+        """Preempt unscheduled KV holders that `holder` outranks in the order of taking
+        KV (`progress.py` rule 2: protected requests first, then the policy's
+        `preempt_key`, which does not age), lowest-ranked first."""
         if holder is None:
             return 0
         freed = 0
-        rank = self.policy.preempt_key
+        protection = self.protection
+        rank = protection.order
         mine = rank(holder)
-        for victim in reversed(self.holders):
+        for victim in reversed(self.holders):  # the lowest-ranked first
             if freed >= blocks:
                 break
             if victim.request_id in self.scheduled or rank(victim) <= mine:
@@ -250,7 +297,12 @@ class Packer:
             if victim.block_ids or victim.host_block_ids:
                 freed += self.memory.preempt(victim)
                 self.preempted.append(victim)
+                protection.preempted(victim)
         return freed
+
+
+def _protection_order(req: Request) -> int:
+    return req.protected or 0
 
 
 def pack_batch(
@@ -260,6 +312,7 @@ def pack_batch(
     candidates: Sequence[Request],
     budget: int,
     now: float,
+    protection: Protection | None = None,
 ) -> list[ScheduledChunk]:
     """The iteration's chunks, in the policy's order, within budget and memory."""
-    return Packer(memory, policy, config, candidates, now).run(budget)
+    return Packer(memory, policy, config, candidates, now, protection=protection).run(budget)

@@ -27,6 +27,7 @@ from augserve.sched.output import (
     StepResult,
 )
 from augserve.sched.packing import Packer, pack_batch
+from augserve.sched.progress import Protection
 from augserve.sched.ranking import RankQueue
 from augserve.sched.sessions import extends, take_over_kv
 from augserve.sched.state import SchedulerState
@@ -74,16 +75,31 @@ class Scheduler(SchedulerState):
         if not self.config.lazy_eviction:
             self.memory.evict_all_reclaimable()
         out.token_budget = self._last_budget = self.token_budget()
+        self.protection.engaged = self.thrash.engaged  # the progress rules, while thrashing
         queue = self.queue
         if queue is None:
             candidates = list(self._runnable.values())
             out.chunks = pack_batch(
-                self.memory, self.policy, self.config, candidates, out.token_budget, now
+                self.memory,
+                self.policy,
+                self.config,
+                candidates,
+                out.token_budget,
+                now,
+                self.protection,
             )
         else:
             queue.advance(now)
             candidates = list(self._held.values())
-            packer = Packer(self.memory, self.policy, self.config, candidates, now, queue=queue)
+            packer = Packer(
+                self.memory,
+                self.policy,
+                self.config,
+                candidates,
+                now,
+                queue=queue,
+                protection=self.protection,
+            )
             out.chunks = packer.run(out.token_budget)
         running = RequestStatus.RUNNING
         for chunk in out.chunks:
@@ -98,6 +114,7 @@ class Scheduler(SchedulerState):
             scheduled = {c.request.request_id for c in out.chunks}
             self.policy.after_schedule(candidates, scheduled, now)
         self.memory.kv.end()
+        self.thrash.observe(self.memory.recomputed_tokens)
         return out
 
     def _requeue(self, packer: Packer, queue: RankQueue, now: float) -> None:
@@ -106,8 +123,8 @@ class Scheduler(SchedulerState):
         for req in packer.admitted:
             queue.remove(req)
             held[req.request_id] = req
-        for req in packer.preempted:
-            if not (req.block_ids or req.host_block_ids):
+        for req in packer.preempted:  # a protected request stays out of the queue
+            if not (req.block_ids or req.host_block_ids or req.protected is not None):
                 del held[req.request_id]
                 queue.add(req, now)
 
@@ -158,6 +175,8 @@ class Scheduler(SchedulerState):
         client's: the request ended with "tool_calls" and is kept as a session."""
         if self.learner is not None:
             self.learner.observe_segment(req, True)
+        Protection.segment_done(req)
+        self.thrash.segment_ended(req)
         self._drop_runnable(req)
         self._paused[req.request_id] = req
         tool = client_key(result.tool) if client else result.tool

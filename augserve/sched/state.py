@@ -24,6 +24,7 @@ from augserve.sched.kv_manager import KVManager
 from augserve.sched.memory import MemoryManager
 from augserve.sched.output import FinishedRequest, SchedulerStats, SchedulerUpdate
 from augserve.sched.policies import make_policy, uses_dynamic_budget, uses_prefix_caching
+from augserve.sched.progress import Protection, ThrashMeter
 from augserve.sched.ranking import RankQueue
 from augserve.sched.replan import Replanner
 from augserve.sched.sessions import SessionTable
@@ -48,6 +49,13 @@ class SchedulerState:
         self.memory = MemoryManager(kv)
         self.prefix = kv.prefix
         self.policy = make_policy(config, latency, self)
+        # progress rule 2 (`progress.py`): protection where the policy's preemption
+        # order moves (a fixed order makes progress without it)
+        policy = self.policy
+        self.protection = Protection(
+            None if policy.fixed_preempt_order else config.max_preemptions, policy.preempt_key
+        )
+        self.thrash = ThrashMeter(config.recompute_budget)
         self.dynamic_budget = uses_dynamic_budget(config)
         self._runnable: dict[str, Request] = {}  # WAITING, RUNNING, RESUMABLE_SWAPPED
         # incremental ranking: runnable requests holding KV here, the others in the queue
@@ -142,6 +150,8 @@ class SchedulerState:
             prefix_cache_queries=self.prefix.stats.queries if self.prefix else 0,
             prefix_cache_hits=self.prefix.stats.hits if self.prefix else 0,
             num_sessions=len(sessions),
+            preemptions=dict(self.memory.preemptions),
+            recomputed_tokens=self.memory.recomputed_tokens,
         )
 
     def live_requests(self) -> list[Request]:
@@ -153,7 +163,7 @@ class SchedulerState:
         self._runnable[req.request_id] = req
         if self.queue is None:
             return
-        if req.block_ids or req.host_block_ids:
+        if req.block_ids or req.host_block_ids or req.protected is not None:
             self._held[req.request_id] = req
         else:
             self.queue.add(req, now)
@@ -201,6 +211,7 @@ class SchedulerState:
     def _finish(self, req: Request, reason: FinishReason, now: float) -> None:
         if self.learner is not None and reason in _SEGMENT_ENDS and not req.in_call:
             self.learner.observe_segment(req, reason is FinishReason.TOOL_CALLS)
+        self.thrash.segment_ended(req)
         self.memory.free(req)
         self._drop_runnable(req)
         self._paused.pop(req.request_id, None)

@@ -63,6 +63,9 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.registry.start()
         state.registry.observers.append(state.metrics.observe_tool)
+        start = getattr(state.engine, "start", None)
+        if start is not None:  # the engine loop runs from now (a background latency fit)
+            start()
         names = sorted(state.registry.tools)
         log.info("serving %s; server-side tools: %s", list(state.model_names), names or "none")
         try:

@@ -3,7 +3,7 @@
 
 `/tokenize` takes a `prompt` (the completions endpoint's tokens: special tokens
 added unless `add_special_tokens: false`) or `messages` (the chat endpoint's
-prompt: the chat template with the server's tools, no special tokens added), and
+prompt: the chat template with the request's tools, no special tokens added), and
 answers `{"count", "max_model_len", "tokens", "token_strs"}`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pydantic import Field
 from augserve import __version__
 from augserve.server.errors import APIError
 from augserve.server.health import health
-from augserve.server.protocol import ChatCompletionRequest, Message, ToolDef, _Model
+from augserve.server.protocol import ChatCompletionRequest, Message, ServerTools, ToolDef, _Model
 from augserve.server.request_tools import RequestTools
 from augserve.server.state import ServerState
 from augserve.server.strict_json import StrictJSONRoute
@@ -28,6 +28,7 @@ class TokenizeRequest(_Model):
     prompt: str | None = None
     messages: Annotated[list[Message], Field(min_length=1)] | None = None
     tools: list[ToolDef] | None = None
+    server_tools: ServerTools = None  # as on chat: the server's tools the prompt lists
     add_special_tokens: bool | None = None  # default: True for prompt, False for messages
     add_generation_prompt: bool = True
     return_token_strs: bool = False
@@ -52,7 +53,9 @@ def model_card(state: ServerState, name: str) -> dict[str, Any]:
 
 def _chat_prompt(state: ServerState, req: TokenizeRequest) -> str:
     assert req.messages is not None
-    chat = ChatCompletionRequest(model=req.model or "", messages=req.messages, tools=req.tools)
+    chat = ChatCompletionRequest(
+        model=req.model or "", messages=req.messages, tools=req.tools, server_tools=req.server_tools
+    )
     tools = RequestTools(chat, state.registry, state.parser_name)
     try:
         return state.template.render(

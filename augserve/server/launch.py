@@ -1,14 +1,16 @@
 """Building a server from its settings, and running it on uvicorn.
 
-`build_state` loads the engine, the chat template, the tool parser, the tools file
-and the metrics. `serve_forever` runs uvicorn in the foreground. The first SIGINT or
-SIGTERM starts the drain: /health answers 503 at once and new requests get 503, while
-the listener stays open; running requests get `shutdown_grace` seconds, the rest are
-aborted (their clients get finish_reason "abort"); then the listener closes, the
-engine stops, the MCP servers and tool workers close, and the process exits 0. A
-second signal exits at once (status 128 + the signal). Slow clients: a request head
-must arrive within `read_timeout` seconds, each body part too; a keep-alive
-connection idle for `idle_timeout` seconds is closed.
+`load_tools` reads and checks the tools file, imports its Python tools and checks its
+MCP commands: `augserve serve` calls it before the model loads, so that a typo is one
+line at once. `build_state` loads the chat template, the tool parser (and the tools,
+unless given) and the metrics around an engine. `serve_forever` runs uvicorn in the
+foreground. The first SIGINT or SIGTERM starts the drain: /health answers 503 at once
+and new requests get 503, while the listener stays open; running requests get
+`shutdown_grace` seconds, the rest are aborted (their clients get finish_reason
+"abort"); then the listener closes, the engine stops, the MCP servers and tool workers
+close, and the process exits 0. A second signal exits at once (status 128 + the signal).
+Slow clients: a request head must arrive within `read_timeout` seconds, each body part
+too; a keep-alive connection idle for `idle_timeout` seconds is closed.
 `BackgroundServer` runs the same server in a thread (tests, notebooks).
 """
 
@@ -37,10 +39,24 @@ from augserve.server.metrics import ServerMetrics
 from augserve.server.middleware import timed_protocol
 from augserve.server.predictions import apply_tool_priors
 from augserve.server.state import ServerLimits, ServerState
+from augserve.server.tool_checks import check_commands
 from augserve.server.tool_config import ToolsConfig
-from augserve.server.tool_registry import ToolRegistry
+from augserve.server.tool_registry import OFFER_MODES, ToolRegistry
 
 log = logging.getLogger("augserve.server")
+# the listening sockets of the servers this process runs: a fork of the process (a tool
+# calling os.fork) closes them at once, so that no child can hold the port after we exit
+_LISTENERS: set[int] = set()
+
+
+def _close_listeners() -> None:
+    for fd in _LISTENERS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LISTENERS.clear()
+
+
+os.register_at_fork(after_in_child=_close_listeners)
 
 
 @dataclass(frozen=True)
@@ -54,8 +70,15 @@ class ServeOptions:
     limits: ServerLimits = ServerLimits()
     slo: SLOConfig = SLOConfig(norm_latency_slo=0.1, ttft_slo=1.0)
     allow_scripted_tools: bool = False  # accept scripted tool plans (server/scripted.py)
+    offer_server_tools: str = "request"  # or "always" (`ToolRegistry`)
 
     def __post_init__(self) -> None:
+        if self.chat_template is not None and not Path(self.chat_template).is_file():
+            raise ValueError(f"--chat-template: no such file {self.chat_template!r}")
+        if self.offer_server_tools not in OFFER_MODES:
+            raise ValueError(
+                f"offer_server_tools must be one of {OFFER_MODES}, got {self.offer_server_tools!r}"
+            )
         if not self.served_model_names or not all(self.served_model_names):
             raise ValueError("served_model_names must hold at least one non-empty name")
         if self.tool_call_parser is not None and self.tool_call_parser not in PARSER_CHOICES:
@@ -74,8 +97,20 @@ def load_template(model_dir: str | Path, override: str | None) -> ChatTemplate:
     return tpl
 
 
-def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> ServerState:
-    """Everything but the engine itself, which the caller builds (`build_engine`)."""
+def load_tools(tools_file: str | None, offer: str = "request") -> ToolRegistry:
+    """The tools file read and checked, its Python tools imported and their schemas
+    checked, its stdio MCP commands found (ValueError/OSError naming the problem);
+    MCP servers connect later, in the server's loop (`ToolRegistry.start`)."""
+    config = ToolsConfig.from_file(tools_file) if tools_file else ToolsConfig()
+    check_commands(config)
+    return ToolRegistry(config, offer)
+
+
+def build_state(
+    aengine: Any, model_dir: str | Path, opts: ServeOptions, registry: ToolRegistry | None = None
+) -> ServerState:
+    """Everything but the engine itself, which the caller builds (`build_engine`), and
+    the tools, which it may have loaded first (`load_tools`)."""
     template = load_template(model_dir, opts.chat_template)
     parser = opts.tool_call_parser
     if parser is None or parser == "auto":
@@ -88,17 +123,21 @@ def build_state(aengine: Any, model_dir: str | Path, opts: ServeOptions) -> Serv
             "tools prompt (each tool's name, description and schema, %s call format)",
             parser,
         )
-    tools = ToolsConfig.from_file(opts.tools_file) if opts.tools_file else ToolsConfig()
+    if registry is None:
+        registry = load_tools(opts.tools_file, opts.offer_server_tools)
     engine = aengine.engine
-    apply_tool_priors(engine.predictor, tools)
+    apply_tool_priors(engine.predictor, registry.config)
     metrics = ServerMetrics(
-        aengine.stats, opts.slo, engine.predictor, getattr(engine, "latency_source", "default")
+        aengine.stats,
+        opts.slo,
+        engine.predictor,
+        lambda: getattr(engine, "latency_source", "default"),
     )
     state = ServerState(
         aengine,
         template,
         parser,
-        ToolRegistry(tools),
+        registry,
         metrics,
         opts.served_model_names,
         opts.limits,
@@ -117,6 +156,13 @@ class GracefulServer(uvicorn.Server):
         super().__init__(config)
         self.state = state
         self.signals = 0
+        self.listen_fds: set[int] = set()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        servers = getattr(self, "servers", [])
+        self.listen_fds = {s.fileno() for srv in servers for s in (srv.sockets or ())}
+        _LISTENERS.update(self.listen_fds)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -144,6 +190,7 @@ class GracefulServer(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await drain(self.state, self.state.limits.shutdown_grace)  # the listener is open
+        _LISTENERS.difference_update(self.listen_fds)  # they close now (their numbers go)
         await super().shutdown(sockets)
 
 

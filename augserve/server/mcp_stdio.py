@@ -22,9 +22,8 @@ import threading
 from collections import deque
 from typing import Any, TextIO
 
+from augserve.server.tool_checks import PYTHONS
 from augserve.server.tool_config import McpServerSpec, module_path
-
-PYTHONS = ("python", "python3")
 
 
 def resolve_command(spec: McpServerSpec) -> tuple[str, dict[str, str] | None]:

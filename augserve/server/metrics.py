@@ -73,6 +73,26 @@ class _EngineCollector:
             "augserve_token_budget", "The last iteration's token budget", s.token_budget
         )
         yield from _prefix_cache_metrics(s)
+        yield from _preemption_metrics(s)
+
+
+def _preemption_metrics(s: Any) -> Iterator[Metric]:
+    """KV taken under memory pressure: a thrash shows as these climbing faster than the
+    tokens served (`sched/progress.py`)."""
+    taken = CounterMetricFamily(
+        "augserve_preemptions",
+        "KV taken under memory pressure: recompute (a runnable request preempted), "
+        "displace (a preserved paused request evicted)",
+        labels=["reason"],
+    )
+    for reason, n in sorted(getattr(s, "preemptions", {}).items()):
+        taken.add_metric([reason], n)
+    yield taken
+    yield CounterMetricFamily(
+        "augserve_recomputed_tokens",
+        "Computed tokens whose KV preemption threw away (computed again later)",
+        getattr(s, "recomputed_tokens", 0),
+    )
 
 
 def _prefix_cache_metrics(s: Any) -> Iterator[Metric]:
@@ -102,7 +122,7 @@ class ServerMetrics:
         stats: Callable[[], Any],
         slo: SLOConfig,
         predictor: Any = None,
-        latency_source: str = "default",
+        latency_source: str | Callable[[], str] = "default",
     ) -> None:
         self.slo = slo
         self.registry = CollectorRegistry()

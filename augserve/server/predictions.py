@@ -4,12 +4,12 @@
 from the tools file (and the file's default as the prior of every other tool).
 `PredictionCollector` exports, at scrape time, the predictor's current call-time
 prediction per tool and its error, and where the scheduler's latency model came
-from.
+from (`default` while a background fit runs, then `fitted`; or `cached`, `file`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -32,8 +32,9 @@ def apply_tool_priors(predictor: Any, tools: ToolsConfig) -> None:
 class PredictionCollector:
     """`augserve_tool_predicted_seconds{tool}` and its error; the latency model's source."""
 
-    def __init__(self, predictor: Any, latency_source: str) -> None:
+    def __init__(self, predictor: Any, latency_source: str | Callable[[], str]) -> None:
         self.predictor = predictor
+        # a callable is read at each scrape: the source changes when a background fit ends
         self.latency_source = latency_source
 
     def collect(self) -> Iterator[Metric]:
@@ -42,7 +43,8 @@ class PredictionCollector:
             "Where the scheduler's latency model came from (1 for the source in use)",
             labels=["source"],
         )
-        info.add_metric([self.latency_source], 1.0)
+        source = self.latency_source
+        info.add_metric([source() if callable(source) else source], 1.0)
         yield info
         calls = getattr(self.predictor, "calls", None)
         if calls is None:

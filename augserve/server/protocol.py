@@ -5,7 +5,8 @@ strict mode: `"stream": "yes"` or `"max_tokens": true` is a 400 naming the field
 an integer is still a valid float). Fields that change results but are not
 supported (`best_of` other than `n`) are rejected with a 400 that names them,
 rather than silently ignored. augserve's own extensions: `top_k`,
-`ignore_eos`, `tool_trace` (return the server-side calls with the answer), vLLM's
+`ignore_eos`, `tool_trace` (return the server-side calls with the answer),
+`server_tools` (which of the server's own tools the request is offered), vLLM's
 `return_token_ids`, and `augserve_segments` (a scripted tool plan, benchmarks only:
 see `augserve/server/scripted.py`).
 """
@@ -82,6 +83,11 @@ class NamedFunction(_Model):
 class NamedToolChoice(_Model):
     type: Literal["function"] = "function"
     function: NamedFunction
+
+
+ToolName = Annotated[str, Field(pattern=FUNCTION_NAME)]
+# the server's own tools a request asks for: names, or "all" (docs/server.md)
+ServerTools = Literal["all"] | Annotated[list[ToolName], Field(max_length=256)] | None
 
 
 class StreamOptions(_Model):
@@ -167,6 +173,7 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     parallel_tool_calls: bool | None = None
     tool_trace: bool = False
+    server_tools: ServerTools = None
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
 
     @property

@@ -1,12 +1,17 @@
 """Per request: which tools it may use, how the model's calls are parsed, who runs them.
 
-- Tools the server holds run on the server (`ToolRegistry.run`), while the request
-  is paused in the scheduler; the result, wrapped as the chat template writes a
-  tool message (`ChatTemplate.tool_turn`), is appended and generation goes on.
+- The server's tools are offered to a request only when it asks for them: by
+  declaring a function of the same name in `tools` (the server's schema wins) or
+  naming it in `server_tools` (or `"all"`); `--offer-server-tools always` offers
+  every one to every request. Offered tools run on the server
+  (`ToolRegistry.run`), while the request is paused in the scheduler; the result,
+  wrapped as the chat template writes a tool message (`ChatTemplate.tool_turn`), is
+  appended and generation goes on.
 - Tools the client declares that the server does not hold end the request with
   finish_reason "tool_calls", for the client to run.
-- A call to a tool nobody declared, or one whose JSON is broken, runs on the
-  server too: it answers the model with an error, and the request goes on.
+- A call to a tool nobody declared (a server tool the request was not offered
+  included), or one whose JSON is broken, runs on the server too: it answers the
+  model with an error, and the request goes on.
 """
 
 from __future__ import annotations
@@ -36,13 +41,16 @@ class AllNamesExcept(frozenset[str]):
 class CallExecutor:
     """The engine's `ToolExecutor` for one choice of one request; keeps the trace."""
 
-    def __init__(self, registry: ToolRegistry, template: ChatTemplate) -> None:
+    def __init__(
+        self, registry: ToolRegistry, template: ChatTemplate, offered: frozenset[str]
+    ) -> None:
         self.registry = registry
         self.template = template
+        self.offered = offered  # the server tools this request may run
         self.trace: list[ToolOutcome] = []
 
     async def __call__(self, call: ParsedCall) -> str:
-        out = await self.registry.run(call)
+        out = await self.registry.run(call, self.offered)
         self.trace.append(out)
         return self.template.tool_turn(out.text)
 
@@ -102,8 +110,31 @@ def check_message_calls(req: ChatCompletionRequest) -> None:
                 )
 
 
+def offered_server_tools(
+    req: ChatCompletionRequest, declared: Sequence[ToolDef], registry: ToolRegistry
+) -> frozenset[str]:
+    """The server's tools this request is offered: those it declares by name in `tools`
+    and those it lists in `server_tools` ("all": every one), or all of them with
+    `--offer-server-tools always`. A listed name the server does not hold is a 400."""
+    held = registry.names()
+    asked = req.server_tools
+    if isinstance(asked, list):
+        for i, name in enumerate(asked):
+            if name not in held:
+                raise APIError(
+                    400,
+                    f"server_tools: this server has no tool named {name!r}",
+                    param=f"server_tools.{i}",
+                )
+    if registry.offer == "always" or asked == "all":
+        return held
+    return frozenset(asked or ()) | (frozenset(t.function.name for t in declared) & held)
+
+
 class RequestTools:
-    """The tools of one chat request, after validation."""
+    """The tools of one chat request, after validation: the client's own, and the
+    server's that it asked for (`offered_server_tools`). `tool_choice` picks among
+    these only."""
 
     def __init__(
         self, req: ChatCompletionRequest, registry: ToolRegistry, parser_name: str
@@ -112,24 +143,29 @@ class RequestTools:
         self.parser_name = parser_name
         declared = client_tools(req)
         check_message_calls(req)
-        server = registry.names()
-        self.client_only = frozenset(t.function.name for t in declared) - server
+        held = registry.names()
+        self.offered = offered_server_tools(req, declared, registry)
+        self.client_only = frozenset(t.function.name for t in declared) - held
         self.definitions: list[dict[str, Any]] = [
-            t.model_dump(exclude_none=True) for t in declared if t.function.name not in server
-        ] + registry.definitions()
+            t.model_dump(exclude_none=True) for t in declared if t.function.name not in held
+        ] + registry.definitions(self.offered)  # a declared server tool: the server's schema
         choice = req.tool_choice
         self.enabled = choice != "none" and bool(self.definitions)
         if choice is not None and not isinstance(choice, str):
             name = choice.function.name
-            if name not in self.client_only and name not in server:
+            if name not in self.client_only and name not in self.offered:
                 raise APIError(
                     400,
-                    f"tool_choice names an unknown tool {name!r}",
+                    f"tool_choice names an unknown tool {name!r}: it must be one of the "
+                    "request's tools (declared in tools, or listed in server_tools)",
                     param="tool_choice.function.name",
                 )
         elif choice == "required" and not self.definitions:
             raise APIError(
-                400, "tool_choice is 'required' but no tools are available", param="tool_choice"
+                400,
+                "tool_choice is 'required' but no tools are available (declare them in "
+                "tools, or ask for the server's with server_tools)",
+                param="tool_choice",
             )
         self.parallel = req.parallel_tool_calls is not False  # unset: true, as OpenAI
         self.grammar = self._forced_grammar(choice) if self.enabled else None
@@ -161,7 +197,7 @@ class RequestTools:
         """A fresh parser and executor for one choice (None when tools are off)."""
         if not self.enabled:
             return None, None
-        executor = CallExecutor(self.registry, template)
+        executor = CallExecutor(self.registry, template, self.offered)
         parser = make_tool_parser(self.parser_name, self.names())
         server = AllNamesExcept(self.client_only)
         return ToolSession(parser, executor, server, self.grammar, self.parallel), executor

@@ -6,9 +6,10 @@ with text parts, `function_call` and `function_call_output` items, `reasoning`
 items, which are dropped), `instructions`, `function` tools, `tool_choice`,
 `max_output_tokens`, `temperature`, `top_p`, `parallel_tool_calls`, `text`,
 `stream`. The server's own tools (`--tools`) run inside the engine as on
-`/v1/chat/completions`. What changes results and is not served is a 400 naming
-it: hosted tools (web/file search, computer, code interpreter, remote MCP),
-`previous_response_id` and `conversation` (nothing is stored), `background`.
+`/v1/chat/completions`, offered as there (`server_tools`, or declared by name).
+What changes results and is not served is a 400 naming it: hosted tools
+(web/file search, computer, code interpreter, remote MCP), `previous_response_id`
+and `conversation` (nothing is stored), `background`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError
 
 from augserve.server.errors import APIError
-from augserve.server.protocol import ChatCompletionRequest, _Model
+from augserve.server.protocol import ChatCompletionRequest, ServerTools, _Model
 
 
 class ResponsesRequest(_Model):
@@ -42,6 +43,7 @@ class ResponsesRequest(_Model):
     user: str | None = None
     include: list[str] | None = None
     seed: int | None = None  # augserve's extension (as on chat), e.g. via extra_body
+    server_tools: ServerTools = None  # augserve's extension (as on chat)
 
 
 def _text(content: Any, where: str) -> str:
@@ -160,6 +162,7 @@ def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
         "parallel_tool_calls": req.parallel_tool_calls,
         "user": req.user,
         "seed": req.seed,
+        "server_tools": req.server_tools,
     }
     fmt = (req.text or {}).get("format")
     if fmt is not None and fmt.get("type") != "text":

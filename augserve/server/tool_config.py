@@ -2,6 +2,7 @@
 
 ```yaml
 defaults: {timeout: 30, max_concurrency: 8}  # expected_duration: the predictor's global prior
+allow_unsafe: false                       # true: allow python: os/subprocess/builtins/... entries
 allowed_hosts: [api.example.com]          # hosts HTTP tools may reach
 tools:
   - name: get_weather
@@ -25,7 +26,8 @@ mcp_servers:
 ```
 
 Only what this file names can ever run: a request declares tools by name and
-schema, and nothing in a request is read as a callable or a URL.
+schema, and nothing in a request is read as a callable or a URL. `python:` entries
+of modules that run programs or load code are refused (`tool_checks.py`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from augserve.server.tool_checks import check_python_target
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -157,7 +161,7 @@ def _http_target(d: Any, allowed: tuple[str, ...], where: str) -> HttpTarget:
     return target
 
 
-def _tool(d: Any, defaults: Limits, allowed: tuple[str, ...], i: int) -> ToolSpec:
+def _tool(d: Any, defaults: Limits, allowed: tuple[str, ...], i: int, unsafe_ok: bool) -> ToolSpec:
     where = f"tools[{i}]"
     if not isinstance(d, Mapping):
         raise ValueError(f"{where} must be an object")
@@ -172,6 +176,8 @@ def _tool(d: Any, defaults: Limits, allowed: tuple[str, ...], i: int) -> ToolSpe
     python = d.get("python")
     if python is not None and (not isinstance(python, str) or ":" not in python):
         raise ValueError(f"{where}.python must be 'module:function', got {python!r}")
+    if python is not None and not unsafe_ok:
+        check_python_target(python, where)
     isolate = d.get("isolate", False)
     if not isinstance(isolate, bool):
         raise ValueError(f"{where}.isolate must be true or false, got {isolate!r}")
@@ -225,6 +231,7 @@ class ToolsConfig:
     max_result_chars: int = 16384  # longer results are cut (and say so)
     defaults: Limits = field(default_factory=Limits)
     base_dir: str | None = None  # the tools file's folder: `python: module:f` looks there
+    allow_unsafe: bool = False  # python: entries of os, subprocess, ... (tool_checks.py)
 
     def module_path(self) -> tuple[str, ...]:
         """Where `python: module:f` tools (and `command: python` MCP servers) find their
@@ -235,23 +242,27 @@ class ToolsConfig:
     def from_dict(cls, d: Any) -> ToolsConfig:
         if not isinstance(d, Mapping):
             raise ValueError("tools file: the top level must be an object")
-        unknown = set(d) - {"defaults", "allowed_hosts", "tools", "mcp_servers", "max_result_chars"}
+        known = {"defaults", "allowed_hosts", "tools", "mcp_servers", "max_result_chars"}
+        unknown = set(d) - known - {"allow_unsafe"}
         if unknown:
             raise ValueError(f"tools file: unknown keys {sorted(unknown)}")
+        unsafe_ok = d.get("allow_unsafe", False)
+        if not isinstance(unsafe_ok, bool):
+            raise ValueError(f"allow_unsafe must be true or false, got {unsafe_ok!r}")
         defaults = Limits.read(d.get("defaults") or {}, Limits(), "defaults")
         allowed = _strings(d.get("allowed_hosts"), "allowed_hosts")
         tools = d.get("tools") or []
         servers = d.get("mcp_servers") or []
         if not isinstance(tools, list) or not isinstance(servers, list):
             raise ValueError("tools file: 'tools' and 'mcp_servers' must be lists")
-        specs = tuple(_tool(t, defaults, allowed, i) for i, t in enumerate(tools))
+        specs = tuple(_tool(t, defaults, allowed, i, unsafe_ok) for i, t in enumerate(tools))
         mcps = tuple(_mcp(s, defaults, i) for i, s in enumerate(servers))
         names = [t.name for t in specs]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"tools file: duplicate tool names {sorted(dup)}")
         chars = _count(d.get("max_result_chars", 16384), "max_result_chars")
-        return cls(specs, mcps, chars, defaults)
+        return cls(specs, mcps, chars, defaults, allow_unsafe=unsafe_ok)
 
     @classmethod
     def from_file(cls, path: str | Path) -> ToolsConfig:

@@ -14,15 +14,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from augserve.engine.tool_parsers import InvalidCall
 from augserve.engine.tools import ParsedCall
 from augserve.server.mcp_tools import McpServer, McpTool
+from augserve.server.tool_checks import check_loaded
 from augserve.server.tool_config import Limits, ToolsConfig, ToolSpec
+from augserve.server.tool_loops import ToolLoop
 from augserve.server.tool_runners import (
+    BadArgument,
     BadResult,
     Runner,
     ToolFailed,
@@ -33,9 +36,10 @@ from augserve.server.tool_runners import (
     result_text,
     schema_from_signature,
 )
-from augserve.server.tool_workers import ProcessWorkers, ToolThreads
+from augserve.server.tool_workers import ProcessWorkers, ToolRaised, ToolThreads
 
 log = logging.getLogger("augserve.server")
+OFFER_MODES = ("request", "always")  # --offer-server-tools: which requests see a server tool
 
 
 @dataclass
@@ -104,14 +108,22 @@ def argument_error(validator: Any, arguments: dict[str, Any]) -> str | None:
 
 class ToolRegistry:
     """Server-side tools from a `ToolsConfig`: Python and HTTP tools load at once, MCP
-    servers connect in `start()` (inside the event loop that will call them)."""
+    servers connect in `start()` (inside the event loop that will call them).
 
-    def __init__(self, config: ToolsConfig | None = None) -> None:
+    `offer`: "request" (a tool is offered only to the requests that ask for it, by
+    declaring its name in `tools` or listing it in `server_tools`) or "always" (every
+    tool in every request's prompt, whatever it asks)."""
+
+    def __init__(self, config: ToolsConfig | None = None, offer: str = "request") -> None:
+        if offer not in OFFER_MODES:
+            raise ValueError(f"offer must be one of {OFFER_MODES}, got {offer!r}")
         self.config = config or ToolsConfig()
+        self.offer = offer
         self.tools: dict[str, RegisteredTool] = {}
         self.observers: list[Callable[[ToolOutcome], None]] = []
         self.mcp_servers: dict[str, McpServer] = {}
-        self.threads: dict[str, ToolThreads] = {}  # sync python tools' pools
+        self.threads: dict[str, ToolThreads] = {}  # python tools' thread pools (sync) ...
+        self.loops: dict[str, ToolLoop] = {}  # ... and event loops (async)
         self.workers: dict[str, ProcessWorkers] = {}  # isolated tools' processes
         self._http: Any = None
         for spec in self.config.tools:  # import errors and bad schemas surface here
@@ -128,13 +140,22 @@ class ToolRegistry:
         for workers in self.workers.values():
             await workers.warm()
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = 5.0) -> None:
+        """Close everything; an MCP server that takes more than `timeout` seconds to
+        close is abandoned (the shutdown stays bounded whatever a tool does)."""
         for server in self.mcp_servers.values():
-            await server.close()
+            try:
+                await within(server.close(), timeout)
+            except TimeoutError:
+                log.warning(
+                    "MCP server %r did not close in %g s; left behind", server.name, timeout
+                )
         for workers in self.workers.values():
             await workers.close()
         for threads in self.threads.values():
             threads.shutdown(wait=False)
+        for loop in self.loops.values():
+            loop.close()
         if self._http is not None:
             await self._http.aclose()
             self._http = None
@@ -182,6 +203,8 @@ class ToolRegistry:
     def _local(self, spec: ToolSpec) -> RegisteredTool:
         if spec.python is not None:
             fn = load_callable(spec.python, self.config.module_path())
+            if not self.config.allow_unsafe:
+                check_loaded(fn, spec.python, f"tool {spec.name!r}")
             params = spec.parameters or schema_from_signature(fn)
             desc = spec.description or (fn.__doc__ or "").strip().split("\n\n")[0]
             if spec.isolate:
@@ -190,10 +213,10 @@ class ToolRegistry:
                 )
                 runner = isolated_runner(workers)
             else:
-                threads = self.threads[spec.name] = ToolThreads(
-                    spec.limits.max_concurrency, f"tool-{spec.name}"
-                )
-                runner = python_runner(fn, threads)
+                conc, label = spec.limits.max_concurrency, f"tool-{spec.name}"
+                threads = self.threads[spec.name] = ToolThreads(conc, label)
+                loop = self.loops[spec.name] = ToolLoop(conc, f"{label}-loop")
+                runner = python_runner(fn, threads, loop)
             return RegisteredTool(spec.name, desc, params, runner, spec.limits, "python")
         assert spec.http is not None
         if self._http is None:
@@ -208,14 +231,16 @@ class ToolRegistry:
     def names(self) -> frozenset[str]:
         return frozenset(self.tools)
 
-    def definitions(self) -> list[dict[str, Any]]:
-        return [t.definition() for t in self.tools.values()]
+    def definitions(self, names: frozenset[str] | None = None) -> list[dict[str, Any]]:
+        """The tools' definitions, in the file's order (only `names`, if given)."""
+        return [t.definition() for n, t in self.tools.items() if names is None or n in names]
 
     # --- running ------------------------------------------------------------------------
-    async def run(self, call: ParsedCall) -> ToolOutcome:
-        """Run one call; never raises (cancellation aside)."""
+    async def run(self, call: ParsedCall, allowed: frozenset[str] | None = None) -> ToolOutcome:
+        """Run one call; never raises (cancellation aside). `allowed`: the names this
+        request was offered (None: all); a call to another is an unknown tool."""
         start = time.monotonic()
-        kind, text = await self._run(call)
+        kind, text = await self._run(call, allowed)
         out = ToolOutcome(call.name, dict(call.arguments), text, kind, start, time.monotonic())
         if kind is not None:
             out.text = f"Error: {text}"
@@ -223,10 +248,12 @@ class ToolRegistry:
             observe(out)
         return out
 
-    async def _run(self, call: ParsedCall) -> tuple[str | None, str]:
+    async def _run(
+        self, call: ParsedCall, allowed: frozenset[str] | None
+    ) -> tuple[str | None, str]:
         if isinstance(call, InvalidCall):
             return "invalid_call", call.error
-        tool = self.tools.get(call.name)
+        tool = self.tools.get(call.name) if allowed is None or call.name in allowed else None
         if tool is None:
             return "unknown_tool", f"there is no tool named {call.name!r}"
         bad = argument_error(tool.validator, call.arguments)
@@ -234,15 +261,43 @@ class ToolRegistry:
             return "invalid_arguments", f"invalid arguments for {call.name!r}: {bad}"
         async with tool.semaphore:
             try:
-                async with asyncio.timeout(tool.limits.timeout):
-                    value = await tool.runner(dict(call.arguments))
+                value = await within(tool.runner(dict(call.arguments)), tool.limits.timeout)
                 return None, result_text(value, self.config.max_result_chars)
             except TimeoutError:
                 return "timeout", f"{call.name!r} timed out after {tool.limits.timeout:g} s"
+            except BadArgument as exc:
+                return "invalid_arguments", f"invalid arguments for {call.name!r}: {exc}"
             except BadResult as exc:
                 return "bad_result", f"{call.name!r}: {exc}"
             except ToolFailed as exc:
                 return "exception", f"{call.name!r} failed: {exc}"
-            except (Exception, SystemExit) as exc:  # a tool's sys.exit() must not stop us
+            except ToolRaised as exc:
+                log.info("tool %r raised %s", call.name, exc)
+                return "exception", f"{call.name!r} raised {exc}"
+            except (Exception, SystemExit, KeyboardInterrupt) as exc:  # they must not stop us
                 log.info("tool %r raised %s: %s", call.name, type(exc).__name__, exc)
                 return "exception", f"{call.name!r} raised {type(exc).__name__}: {exc}"
+
+
+async def within(work: Awaitable[Any], timeout: float) -> Any:
+    """`work`'s result, or TimeoutError at `timeout` seconds whatever `work` does: it
+    runs as a task of its own, cancelled at the deadline and abandoned there (a runner
+    that swallows the cancellation goes on alone; what it returns is dropped)."""
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        task.add_done_callback(_drop)
+        raise
+    if not done:
+        task.cancel()
+        task.add_done_callback(_drop)
+        raise TimeoutError
+    return task.result()
+
+
+def _drop(task: asyncio.Future[Any]) -> None:
+    """Read an abandoned call's outcome, so that asyncio does not log it as lost."""
+    if not task.cancelled():
+        task.exception()

@@ -13,9 +13,10 @@ import typing
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from augserve.server.tool_config import HttpTarget
+from augserve.server.tool_loops import ToolLoop
 from augserve.server.tool_workers import ProcessWorkers, WorkerError, load_callable
 
 __all__ = ["load_callable"]  # it lives with the worker processes, which need it too
@@ -96,20 +97,25 @@ def schema_from_signature(fn: Callable[..., Any]) -> dict[str, Any]:
     return schema
 
 
-def python_runner(fn: Callable[..., Any], threads: Executor) -> Runner:
-    """Async functions are awaited; others run on `threads` (the tool's own pool: never
-    on the loop, never on the engine's thread). A call cancelled at its timeout returns
-    at once; its thread is the tool's to lose."""
+def python_runner(fn: Callable[..., Any], threads: Executor, loop: ToolLoop) -> Runner:
+    """Async functions run on `loop` (the tool's own event loop, `tool_loops.py`),
+    others on `threads` (the tool's own pool): never on the server's loop, never on the
+    engine's thread. A call cancelled at its timeout returns at once; its thread or
+    task is the tool's to lose, and what it returns later is dropped."""
 
     async def run(arguments: dict[str, Any]) -> Any:
         if inspect.iscoroutinefunction(fn):
-            return await fn(**arguments)
+            return await asyncio.wrap_future(loop.submit(fn, arguments))
         result = await asyncio.wrap_future(threads.submit(fn, **arguments))
-        if inspect.isawaitable(result):
-            result = await result
+        if inspect.isawaitable(result):  # a sync function that returned a coroutine
+            result = await asyncio.wrap_future(loop.submit(_awaited, {"value": result}))
         return result
 
     return run
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
 
 
 def isolated_runner(workers: ProcessWorkers) -> Runner:
@@ -125,15 +131,36 @@ def isolated_runner(workers: ProcessWorkers) -> Runner:
 
 
 # --- HTTP endpoints --------------------------------------------------------------------
+class BadArgument(Exception):
+    """An argument the tool cannot take (a path placeholder that would climb)."""
+
+
+def path_segment(name: str, value: Any) -> str:
+    """One `{name}` placeholder's value as a URL path segment: URL-quoted (it can never
+    change the host), and refused when, URL-decoded (again and again), it holds a `/`
+    or `\\`, is or holds `..`, or has a control character: the path cannot climb."""
+    text = str(value)
+    decoded, prev = text, None
+    for _ in range(8):  # %252e%252e is %2e%2e is ..
+        if decoded == prev:
+            break
+        prev, decoded = decoded, unquote(decoded)
+    bad = next((c for c in decoded if ord(c) < 32 or ord(c) == 127), None)
+    if "/" in decoded or "\\" in decoded or ".." in decoded or bad is not None:
+        what = f"control character {bad!r}" if bad is not None else "'/', '\\' or '..'"
+        raise BadArgument(f"argument {name!r} may not hold {what} (it fills a URL path)")
+    return quote(text, safe="")
+
+
 def build_url(target: HttpTarget, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """Fill `{name}` path placeholders from the arguments (URL-quoted, so they can never
-    change the host); returns the URL and the arguments left for the query or body."""
+    """Fill `{name}` path placeholders from the arguments (`path_segment`); returns the
+    URL and the arguments left for the query or body."""
     rest = dict(arguments)
     url = target.url
     for name in list(rest):
         key = "{" + name + "}"
         if key in url:
-            url = url.replace(key, quote(str(rest.pop(name)), safe=""))
+            url = url.replace(key, path_segment(name, rest.pop(name)))
     if "{" in urlsplit(url).path:
         raise ToolFailed(f"the URL {target.url!r} needs arguments that were not given")
     host = (urlsplit(url).hostname or "").lower()

@@ -9,7 +9,11 @@ in its queue and time out.
 
 `ProcessWorkers` (`isolate: true`): each call runs in a worker process, reused
 between calls and killed (SIGKILL) when the call times out or is cancelled, so a
-stuck or crashing tool costs nothing but a new worker. A worker is a fresh
+stuck or crashing tool costs nothing but a new worker. Each worker leads its own
+process group (its own session), and the whole group is killed, at a timeout and
+at exit: whatever the tool started (a `subprocess`, a fork) goes with it. A worker
+inherits no descriptor of the server's but its pipes (the listening socket is never
+among them). A worker is a fresh
 `python -m augserve.server.tool_workers` (a fork of a process with torch's threads
 is unsafe); arguments and results must pickle.
 """
@@ -24,12 +28,22 @@ import inspect
 import os
 import pickle
 import queue
+import signal
 import struct
 import sys
 import threading
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
+
+
+class ToolRaised(Exception):
+    """A tool raised a BaseException that is not an Exception (KeyboardInterrupt,
+    SystemExit, ...): an error answer, never a signal to the server."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.kind = type(exc).__name__
 
 
 class ToolThreads(cf.Executor):
@@ -78,8 +92,10 @@ class ToolThreads(cf.Executor):
             if fut.set_running_or_notify_cancel():  # False: cancelled while queued
                 try:
                     fut.set_result(call())
-                except BaseException as exc:  # a tool's SystemExit must not end the thread
+                except Exception as exc:
                     fut.set_exception(exc)
+                except BaseException as exc:  # a tool's SystemExit must not end the thread,
+                    fut.set_exception(ToolRaised(exc))  # nor reach the server's loop
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
@@ -161,7 +177,18 @@ async def _start_worker() -> asyncio.subprocess.Process:
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         env=env,
+        close_fds=True,
+        start_new_session=True,  # its own process group: killed as one (`kill_group`)
     )
+
+
+def kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL a worker's whole process group (it leads it), the worker included."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
 
 
 class ProcessWorkers:
@@ -231,9 +258,7 @@ class ProcessWorkers:
         return proc
 
     async def _kill(self, proc: asyncio.subprocess.Process) -> None:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+        kill_group(proc)  # even when the worker itself is gone: what it started is not
         await proc.wait()
         self._live.discard(proc)
 
@@ -243,10 +268,9 @@ class ProcessWorkers:
             await self._kill(proc)
 
     def kill_now(self) -> None:
-        """Kill every worker at once, without waiting (a forced exit)."""
+        """Kill every worker's group at once, without waiting (a forced exit)."""
         for proc in self._live:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            kill_group(proc)
 
 
 def main() -> None:

@@ -33,13 +33,14 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyProfile
 from augserve.core.prediction import Predictor
 from augserve.core.request import Request
 from augserve.sched.output import SchedulerOutput, SchedulerUpdate, StepEvent, StepResult
+from augserve.sched.prefix_cache import PrefixCacheStats
 from augserve.sched.scheduler import Scheduler
 from augserve.sim.precompute import PrecomputedPredictor, should_precompute
 
@@ -85,12 +86,11 @@ class SimStats:
     sched_calls: int = 0
     end_time: float = 0.0  # virtual time when the run stopped
     stalled: bool = False  # runnable work, no event left, nothing schedulable
-    prefix_queries: int = 0  # tokens looked up in the prefix cache at admission
-    prefix_hits: int = 0  # of them, tokens found
+    prefix: PrefixCacheStats = field(default_factory=PrefixCacheStats)  # at the run's end
 
     @property
     def prefix_hit_rate(self) -> float:
-        return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
+        return self.prefix.hit_rate
 
     @property
     def sched_ms_per_iter(self) -> float:
@@ -222,8 +222,7 @@ class Simulator:
             self.now = min(stop, max(self.now, self._events[0][0]))
         self.stats.end_time = self.now
         if sched.prefix is not None:
-            self.stats.prefix_queries = sched.prefix.stats.queries
-            self.stats.prefix_hits = sched.prefix.stats.hits
+            self.stats.prefix = replace(sched.prefix.stats)  # a copy: the cache's own goes on
         return self._result(reqs, offered, window, drain)
 
     def _result(

@@ -35,7 +35,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,6 +139,24 @@ class Turn:
         self.tokens.extend(ids)
 
 
+async def stream_chunks(
+    client: httpx.AsyncClient, body: dict[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    """The JSON chunks of one streamed `/v1/completions` call (server-sent events); an
+    HTTP error or an error chunk raises RuntimeError."""
+    async with client.stream("POST", "/v1/completions", json=body) as resp:
+        if resp.status_code != 200:
+            text = (await resp.aread()).decode(errors="replace")[:300]
+            raise RuntimeError(f"HTTP {resp.status_code}: {text}")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise RuntimeError(f"server error: {str(chunk['error'])[:300]}")
+            yield chunk
+
+
 async def complete(
     client: httpx.AsyncClient,
     model: str,
@@ -152,20 +170,11 @@ async def complete(
         "ignore_eos": True, "stream": True, "return_token_ids": True, **extra,
     }  # fmt: skip
     turn = Turn()
-    async with client.stream("POST", "/v1/completions", json=body) as resp:
-        if resp.status_code != 200:
-            text = (await resp.aread()).decode(errors="replace")[:300]
-            raise RuntimeError(f"HTTP {resp.status_code}: {text}")
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if "error" in chunk:
-                raise RuntimeError(f"server error: {str(chunk['error'])[:300]}")
-            choices = chunk.get("choices") or []
-            ids = choices[0].get("token_ids") if choices else None
-            if ids is not None:
-                turn.add(ids)
+    async for chunk in stream_chunks(client, body):
+        choices = chunk.get("choices") or []
+        ids = choices[0].get("token_ids") if choices else None
+        if ids is not None:
+            turn.add(ids)
     turn.end = time.monotonic()
     if len(turn.tokens) != max_tokens:
         raise RuntimeError(f"asked {max_tokens} tokens, got {len(turn.tokens)} (token ids?)")
@@ -302,19 +311,10 @@ async def _scripted_turn(
     body = {"model": model, "prompt": ctx, "temperature": 0.0, "stream": True,
             "return_token_ids": True, **extra}  # fmt: skip
     turn, timing = Turn(), None
-    async with client.stream("POST", "/v1/completions", json=body) as resp:
-        if resp.status_code != 200:
-            text = (await resp.aread()).decode(errors="replace")[:300]
-            raise RuntimeError(f"HTTP {resp.status_code}: {text}")
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if "error" in chunk:
-                raise RuntimeError(f"server error: {str(chunk['error'])[:300]}")
-            for choice in chunk.get("choices") or []:
-                turn.add(choice.get("token_ids") or [])
-                timing = choice.get("augserve_timing", timing)
+    async for chunk in stream_chunks(client, body):
+        for choice in chunk.get("choices") or []:
+            turn.add(choice.get("token_ids") or [])
+            timing = choice.get("augserve_timing", timing)
     turn.end = time.monotonic()
     return turn, timing
 
@@ -345,8 +345,9 @@ def summarize(records: Sequence[Request], slo: SLOConfig, window: float) -> Metr
 
 
 def slo_from_iteration(iteration_s: float, ttft_iterations: float = 40.0) -> SLOConfig:
-    """One absolute SLO: normalized latency < 10 iterations, TTFT < `ttft_iterations`."""
-    return SLOConfig(norm_latency_slo=10.0 * iteration_s, ttft_slo=ttft_iterations * iteration_s)
+    """One absolute SLO: the paper's normalized latency (10 iterations per token) and a
+    TTFT of `ttft_iterations` iterations."""
+    return SLOConfig.from_iteration_time(iteration_s, ttft_slo=ttft_iterations * iteration_s)
 
 
 async def decode_iteration_time(
@@ -363,10 +364,8 @@ async def decode_iteration_time(
         for _ in range(attempts):
             stamps: list[float] = []
             sent = time.monotonic()
-            async with client.stream("POST", "/v1/completions", json=body) as resp:
-                async for line in resp.aiter_lines():
-                    if line.startswith("data: {"):
-                        stamps.append(time.monotonic())
+            async for _ in stream_chunks(client, body):
+                stamps.append(time.monotonic())
             if len(stamps) < 3:
                 raise RuntimeError("could not time the decode: too few streamed chunks")
             if streamed(sent, stamps):

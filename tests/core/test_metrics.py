@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from augserve.bench.report import read_json_rows, write_csv, write_json, write_rows
+from augserve.bench.report import read_json_rows, write_csv, write_json
 from augserve.core.metrics import (
     SLOConfig,
     compute_metrics,
@@ -177,5 +177,5 @@ def test_report_json_csv(tmp_path: Path) -> None:
     with (tmp_path / "r.csv").open() as fh:
         got = list(csv.DictReader(fh))
     assert got[0]["policy"] == "x" and got[1]["ttft_p99"] == ""
-    write_rows(tmp_path / "plain.json", rows[:1])
+    (tmp_path / "plain.json").write_text(json.dumps(rows[:1]))  # a bare list of rows
     assert read_json_rows(tmp_path / "plain.json")[0]["policy"] == "x"

@@ -113,3 +113,49 @@ def test_engine_on_a_virtual_clock_decides_as_the_simulator(
     # the trace exercises the memory decisions, not just plain batching
     moves = [x for step in sim_log.steps for x in (*step[2], *step[4], *step[5])]
     assert moves, f"{policy}: no swap or discard happened"
+
+
+def overload(seed: int = 11, n: int = 16) -> list[Request]:
+    """A burst far past the pool (24 blocks of 8 tokens): long decodes, some calls."""
+    rng = random.Random(seed)
+    reqs = []
+    for i in range(n):
+        segs = [
+            Segment(rng.randint(4, 20), 0.05, rng.randint(0, 8)) for _ in range(rng.randint(0, 1))
+        ]
+        segs.append(Segment(rng.randint(20, 60)))
+        reqs.append(Request(f"o{i}", 0.0, rng.randint(6, 40), segs))
+    return reqs
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_overload_finishes_on_the_engine_as_in_the_simulator(
+    setup: tuple[Path, LatencyProfile], policy: str
+) -> None:
+    """The progress rules (`sched/progress.py`) on the real engine: an overload where
+    every request needs a good share of the pool finishes every request with bounded
+    recompute, deciding exactly as the simulator does (online predictions: what the
+    server runs)."""
+    from augserve.predict.online import OnlinePredictor
+
+    model, profile = setup
+    config = scheduler_config_for(profile, policy, block_size=BLOCK, swap_budget_blocks=2)
+    sim_log = Log()
+    sim = simulate(overload(), profile, config, window=1e6, predictor=OnlinePredictor(),
+                   observer=sim_log, check=True)  # fmt: skip
+    assert len(sim.finished) == len(sim.requests)
+
+    runner = ModelRunner.from_dir(
+        model, "fp32", block_size=BLOCK, num_device_blocks=24, num_host_blocks=12
+    )
+    engine = LLMEngine(runner, config, Tokenizer(model), profile, OnlinePredictor())
+    eng_log = Log()
+    requests = overload()
+    arrivals, clipped = trace_arrivals(engine, requests)
+    stats = TraceDriver(engine, VirtualClock(profile, BLOCK), observer=eng_log).run(arrivals)
+    assert clipped == 0 and not stats.stalled
+    assert all(r.is_finished and r.finish_reason.value == "stop" for r in requests)
+    assert eng_log.steps == sim_log.steps
+    s = engine.scheduler.stats()
+    assert sum(s.preemptions.values()) > 0  # the pool was overloaded
+    assert s.recomputed_tokens <= 6 * sum(r.num_tokens for r in requests)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from augserve.core.prediction import client_key
 from augserve.engine.builder import EngineArgs, build_engine
 from augserve.engine.engine import LLMEngine
 from augserve.engine.make_model import make_model
@@ -110,7 +111,7 @@ def test_round_trip_resumes_the_session_with_only_the_new_tokens(model: Path) ->
     assert t.computed("turn2") == len(result) + 1 + out2.num_generated_tokens - 1
     assert out2.num_cached_tokens == kept  # usage.prompt_tokens_details.cached_tokens
     assert engine.stats().num_sessions == 0
-    rt = engine.predictor.predict_client_round_trip("weather", 16)  # type: ignore[attr-defined]
+    rt = engine.predictor.calls.predict(client_key("weather"), 16)  # type: ignore[attr-defined]
     assert rt > 1.0  # learned from the 3 s round trip (the prior is 1 s)
 
 

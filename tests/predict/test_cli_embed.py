@@ -12,7 +12,8 @@ from predict_planted import FakeTraceRequest, planted_trace
 from augserve.cli import main
 from augserve.core.request import Segment
 from augserve.predict.features import bucket_of, segment_rows
-from augserve.predict.learned import LearnedConfig, load_learned_predictor, train_learned_predictor
+from augserve.predict.learned import LearnedConfig, load_learned_predictor
+from augserve.predict.train import train_learned_predictor
 
 
 def _write_jsonl(path, trace) -> None:

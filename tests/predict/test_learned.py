@@ -10,12 +10,8 @@ from augserve.core.request import CallRecord, Request
 from augserve.predict.base import make_predictor
 from augserve.predict.evaluate import evaluate, split_by_request
 from augserve.predict.features import bucket_of, runtime_state, segment_rows
-from augserve.predict.learned import (
-    LearnedConfig,
-    LearnedPredictor,
-    load_learned_predictor,
-    train_learned_predictor,
-)
+from augserve.predict.learned import LearnedConfig, LearnedPredictor, load_learned_predictor
+from augserve.predict.train import train_learned_predictor
 
 FAST = LearnedConfig(embed=False, max_iter=40, learning_rate=0.2)
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from augserve.core.config import SchedulerConfig
+from augserve.core.prediction import client_key
 from augserve.core.request import ContextPolicy, FinishReason, Request, RequestStatus
 from augserve.core.token_ids import synthetic_token_ids
 from augserve.predict.online import OnlinePredictor
@@ -116,7 +117,7 @@ def test_tool_calls_pause_as_a_session_and_the_continuation_prefills_only_new_to
     assert c.computed["t1"] == (134 - 103) + 3
     assert c.finished["t1"] is FinishReason.STOP and sched.stats().num_sessions == 0
     assert first.calls[-1].end is not None
-    rt = sched.predictor.predict_client_round_trip("search", 12)  # type: ignore[union-attr]
+    rt = sched.predictor.calls.predict(client_key("search"), 12)  # type: ignore[union-attr]
     assert 1.0 < rt < 2.1  # learned from the 2.01 s round trip (prior 1 s)
 
 

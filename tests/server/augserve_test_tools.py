@@ -85,3 +85,96 @@ def crash() -> None:
     import os
 
     os._exit(7)
+
+
+# --- tools that try to escape (test_tool_escape.py) -----------------------------------------
+stubborn_done = threading.Event()  # set when `stubborn` finally returns ...
+entered = threading.Event()  # `blocks_its_loop` is inside its blocking wait
+release = threading.Event()  # ... which ends when this is set
+
+
+stubborn_release = threading.Event()  # ... or when this is set
+
+
+async def stubborn(seconds: float = 3.0) -> str:
+    """Swallows every cancellation and goes on for `seconds` (or until
+    `stubborn_release`), then returns."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not stubborn_release.is_set():
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:  # noqa: SIM105 (swallowed on purpose, visibly)
+            continue
+    stubborn_done.set()
+    return "late result"
+
+
+async def blocks_its_loop() -> str:
+    """An async tool that blocks the loop it runs on (a threading wait, as time.sleep)."""
+    entered.set()
+    return "released" if release.wait(10) else "blocked"
+
+
+def interrupt() -> None:
+    raise KeyboardInterrupt("from a tool")
+
+
+async def interrupt_async() -> None:
+    raise KeyboardInterrupt("from an async tool")
+
+
+async def exits_async() -> None:
+    raise SystemExit(4)
+
+
+def _record_pid(pid: int) -> None:
+    import os
+
+    path = os.environ.get("AUGSERVE_TEST_PIDS")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{pid}\n")
+
+
+def forker() -> int:
+    """Forks a child that sleeps a minute (it would hold what it inherited)."""
+    import os
+
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    _record_pid(child)
+    return child
+
+
+def spawns_and_hangs(path: str = "") -> str:
+    """Starts a `sleep` (recording its pid in `path`), then blocks (isolate: true)."""
+    import subprocess
+
+    proc = subprocess.Popen(["sleep", "300"])
+    if path:
+        with open(path, "w") as f:
+            f.write(str(proc.pid))
+    threading.Event().wait(3600)
+    return "never"
+
+
+def spawns(path: str = "") -> int:
+    """Starts a `sleep` in the background (recording its pid in `path`) and returns."""
+    import subprocess
+
+    proc = subprocess.Popen(["sleep", "300"])
+    if path:
+        with open(path, "w") as f:
+            f.write(str(proc.pid))
+    return proc.pid
+
+
+async def stubborn_forever() -> str:
+    """`stubborn` for ten minutes (no arguments: a forced call cannot shorten it)."""
+    return await stubborn(600.0)
+
+
+def hang_forever() -> str:
+    return hang(600.0)

@@ -155,6 +155,7 @@ def start_server(
     limits: Any = None,
     chat_template: Path | None = None,
     allow_scripted: bool = False,
+    offer: str = "request",
     **engine: Any,
 ) -> LiveServer:
     import torch
@@ -177,6 +178,7 @@ def start_server(
         str(chat_template) if chat_template else None,
         limits=limits or ServerLimits(),
         allow_scripted_tools=allow_scripted,
+        offer_server_tools=offer,
     )
     state = build_state(AsyncLLMEngine(llm_engine), model_dir, opts)
     handle = BackgroundServer(state, api_key=api_key).start()

@@ -73,7 +73,13 @@ def test_named_server_tool_runs_with_schema_valid_arguments(server: LiveServer) 
     choice = {"type": "function", "function": {"name": "add"}}
     for seed in (1, 2):
         out = chat(
-            server, tool_choice=choice, seed=seed, max_tokens=300, temperature=1.0, tool_trace=True
+            server,
+            tool_choice=choice,
+            seed=seed,
+            max_tokens=300,
+            temperature=1.0,
+            tool_trace=True,
+            server_tools=["add"],
         )["choices"][0]
         trace = out["tool_trace"]
         assert trace and trace[0]["name"] == "add" and trace[0]["error"] is None, trace
@@ -170,6 +176,7 @@ def test_response_format_after_a_forced_server_call(server: LiveServer) -> None:
         seed=5,
         max_tokens=300,
         tool_trace=True,
+        server_tools=["add"],
     )["choices"][0]
     assert out["tool_trace"][0]["name"] == "add"
     jsonschema.validate(json.loads(out["message"]["content"]), ANSWER)
@@ -298,6 +305,6 @@ def test_parallel_tool_calls_governs_the_turns_client_calls(bare: LiveServer) ->
 
 def test_tolerant_bare_json_call_runs_on_the_server(server: LiveServer) -> None:
     server.script(4343, json.dumps({"name": "add", "arguments": {"a": 2, "b": 3}}))
-    out = chat(server, seed=4343, max_tokens=60, tool_trace=True)["choices"][0]
+    out = chat(server, seed=4343, max_tokens=60, tool_trace=True, server_tools="all")["choices"][0]
     assert out["tool_trace"][0]["name"] == "add" and out["tool_trace"][0]["result"] == "5"
     assert '"name"' not in (out["message"]["content"] or "")

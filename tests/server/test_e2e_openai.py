@@ -49,7 +49,7 @@ def test_plain_chat_and_streaming_agree(mcp_server: LiveServer, client: OpenAI) 
     choice = full.choices[0]
     assert choice.finish_reason in ("stop", "length") and choice.message.role == "assistant"
     tok = mcp_server.tokenizer
-    prompt = mcp_server.state.template.render(USER, tools=mcp_server.state.registry.definitions())
+    prompt = mcp_server.state.template.render(USER, tools=None)  # server tools: only if asked
     assert full.usage.prompt_tokens == len(tok.encode(prompt, add_special_tokens=False))
     assert 1 <= full.usage.completion_tokens <= 12
     usage = {"include_usage": True}
@@ -83,7 +83,11 @@ def test_python_tool_runs_while_the_request_is_paused(
     watcher.start()
     try:
         resp = client.chat.completions.create(
-            model=MODEL, messages=USER, seed=101, max_tokens=200, extra_body={"tool_trace": True}
+            model=MODEL,
+            messages=USER,
+            seed=101,
+            max_tokens=200,
+            extra_body={"tool_trace": True, "server_tools": ["slow_weather"]},
         )
     finally:
         answered.set()
@@ -102,7 +106,11 @@ def test_tool_result_reaches_the_model_context(mcp_server: LiveServer, client: O
     before = len(sample.calls)
     mcp_server.script(102, "Checking. ", call_text("get_weather", city="Paris"), "Done.")
     resp = client.chat.completions.create(
-        model=MODEL, messages=USER, seed=102, max_tokens=200, extra_body={"tool_trace": True}
+        model=MODEL,
+        messages=USER,
+        seed=102,
+        max_tokens=200,
+        extra_body={"tool_trace": True, "server_tools": ["get_weather"]},
     )
     assert sample.calls[before:] == [{"city": "Paris", "unit": "C"}]
     choice = resp.choices[0]
@@ -121,7 +129,11 @@ def test_mcp_tool_over_stdio(mcp_server: LiveServer, client: OpenAI) -> None:
     assert {"mcp_add", "mcp_shout", "mcp_fail"} <= names
     mcp_server.script(103, call_text("mcp_add", a=2, b=3), call_text("mcp_shout", text="ok"), "5")
     resp = client.chat.completions.create(
-        model=MODEL, messages=USER, seed=103, max_tokens=300, extra_body={"tool_trace": True}
+        model=MODEL,
+        messages=USER,
+        seed=103,
+        max_tokens=300,
+        extra_body={"tool_trace": True, "server_tools": ["mcp_add", "mcp_shout"]},
     )
     choice = resp.choices[0]
     assert choice.message.content == "5" and choice.finish_reason == "stop"
@@ -167,8 +179,7 @@ def test_client_side_tool_round_trip(mcp_server: LiveServer, client: OpenAI) -> 
     assert second.choices[0].finish_reason == "stop"
     # the template rendered the tool message into the prompt
     state = mcp_server.state
-    tdefs = [tools[0], *state.registry.definitions()]
-    prompt = state.template.render(history, tools=tdefs)
+    prompt = state.template.render(history, tools=tools)  # no server tool was asked for
     assert '<tool_response>\n{"status": "shipped"}\n</tool_response>' in prompt
     ids = mcp_server.tokenizer.encode(prompt, add_special_tokens=False)
     assert second.usage.prompt_tokens == len(ids)
@@ -181,12 +192,18 @@ def test_tool_choice_named_server_tool_is_forced(mcp_server: LiveServer, client:
     mcp_server.script(110, call_text("get_weather", city="Rome"), "Sunny in Rome.")
     choice_arg = {"type": "function", "function": {"name": "get_weather"}}
     resp = client.chat.completions.create(
-        model=MODEL, messages=USER, seed=110, max_tokens=200, tool_choice=choice_arg
+        model=MODEL,
+        messages=USER,
+        seed=110,
+        max_tokens=200,
+        tool_choice=choice_arg,
+        extra_body={"server_tools": ["get_weather"]},
     )
     assert sample.calls[before:] == [{"city": "Rome", "unit": "C"}]
     assert resp.choices[0].message.content == "Sunny in Rome."
     state = mcp_server.state
-    prompt = state.template.render(USER, tools=state.registry.definitions())
+    offered = state.registry.definitions(frozenset({"get_weather"}))
+    prompt = state.template.render(USER, tools=offered)
     ids = mcp_server.tokenizer.encode(prompt, add_special_tokens=False)
     assert resp.usage.prompt_tokens == len(ids)
     mcp_server.wait_idle()
@@ -226,7 +243,7 @@ def test_streaming_with_a_server_tool(mcp_server: LiveServer, client: OpenAI) ->
         max_tokens=200,
         stream=True,
         stream_options={"include_usage": True},
-        extra_body={"tool_trace": True},
+        extra_body={"tool_trace": True, "server_tools": ["add"]},
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -256,7 +273,14 @@ def test_streamed_client_tool_call(mcp_server: LiveServer, client: OpenAI) -> No
 def test_n_choices_run_separately(mcp_server: LiveServer, client: OpenAI) -> None:
     mcp_server.script(200, "first")
     mcp_server.script(201, call_text("add", a=1, b=1), "second")
-    resp = client.chat.completions.create(model=MODEL, messages=USER, seed=200, n=2, max_tokens=100)
+    resp = client.chat.completions.create(
+        model=MODEL,
+        messages=USER,
+        seed=200,
+        n=2,
+        max_tokens=100,
+        extra_body={"server_tools": "all"},
+    )
     assert [(c.index, c.message.content) for c in resp.choices] == [(0, "first"), (1, "second")]
     tok = mcp_server.tokenizer
     expected = len(tok.encode("first", add_special_tokens=False)) + 1
@@ -290,7 +314,9 @@ def test_metrics_exposition(mcp_server: LiveServer, client: OpenAI) -> None:
         "tool": count("augserve_tool_call_duration_seconds_count", tool="add"),
     }
     mcp_server.script(400, call_text("add", a=1, b=2), "3")
-    client.chat.completions.create(model=MODEL, messages=USER, seed=400, max_tokens=100)
+    client.chat.completions.create(
+        model=MODEL, messages=USER, seed=400, max_tokens=100, extra_body={"server_tools": ["add"]}
+    )
     mcp_server.wait_idle()
     assert count("augserve_time_to_first_token_seconds_count") == before["ttft"] + 1
     assert count("augserve_normalized_latency_seconds_per_token_count") == before["norm"] + 1

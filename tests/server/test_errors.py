@@ -97,8 +97,11 @@ def test_context_too_long(http: httpx.Client) -> None:
         "maximum context length is 3072",
     )
     assert err["code"] == "context_length_exceeded"
+    half = [{"role": "user", "content": "The quick brown fox. " * 300}]  # ~1,500 tokens
     err = assert_error(
-        http.post("/v1/chat/completions", json=chat(max_tokens=1900)), 400, "to generate"
+        http.post("/v1/chat/completions", json=chat(messages=half, max_tokens=1900)),
+        400,
+        "to generate",
     )
     assert err["code"] == "context_length_exceeded"
     assert_error(
@@ -217,7 +220,8 @@ def test_failing_tools_answer_the_model_and_the_request_goes_on(
         "<tool_call>{not json}</tool_call>",
         "Still here.",
     )
-    r = http.post("/v1/chat/completions", json=chat(seed=500, max_tokens=600, tool_trace=True))
+    body = chat(seed=500, max_tokens=600, tool_trace=True, server_tools="all")
+    r = http.post("/v1/chat/completions", json=body)
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     assert choice["message"]["content"] == "Still here." and choice["finish_reason"] == "stop"
@@ -290,7 +294,9 @@ def test_disconnect_during_a_tool_call(srv: LiveServer, stream: bool) -> None:
     srv.wait_idle()
     aborted = srv.metric("augserve_requests_finished_total", finish_reason="abort")
     srv.script(502, call_text("slow_weather", seconds=3), "never")
-    body = json.dumps(chat(seed=502, max_tokens=300, stream=stream)).encode()
+    body = json.dumps(
+        chat(seed=502, max_tokens=300, stream=stream, server_tools=["slow_weather"])
+    ).encode()
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-right"
         f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"

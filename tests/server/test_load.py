@@ -52,7 +52,7 @@ async def one(client: AsyncOpenAI, k: int) -> tuple[str, str, str | None, list]:
         seed=1000 + k,
         max_tokens=300,
         stream=True,
-        extra_body={"tool_trace": True},
+        extra_body={"tool_trace": True, "server_tools": ["add"]},
     )
     ids, text, finish, trace = set(), "", None, []
     async for chunk in stream:

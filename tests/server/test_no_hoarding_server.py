@@ -32,6 +32,7 @@ def _chat(url: str, seed: int, out: dict[int, dict]) -> None:
         "seed": seed,
         "max_tokens": 200,
         "tool_trace": True,
+        "server_tools": ["slow_add"],
     }
     out[seed] = httpx.post(url + "/v1/chat/completions", json=body, timeout=4 * CALL_S).json()
 

@@ -15,7 +15,7 @@ from conftest import MODEL, call_text, start_server
 
 def _chat(url: str, seed: int, out: dict[int, dict]) -> None:
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "seed": seed,
-            "max_tokens": 200}  # fmt: skip
+            "max_tokens": 200, "server_tools": ["slow_add"]}  # fmt: skip
     out[seed] = httpx.post(url + "/v1/chat/completions", json=body, timeout=60).json()
 
 

@@ -85,9 +85,7 @@ def test_client_function_tool_round_trip(server: LiveServer, client: OpenAI) -> 
         {"role": "tool", "tool_call_id": call.call_id, "content": "12:00"},
     ]  # fmt: skip
     tool_def = {"type": "function", "function": {k: v for k, v in TOOL.items() if k != "type"}}
-    prompt = server.state.template.render(
-        messages, tools=[tool_def] + server.state.registry.definitions()
-    )
+    prompt = server.state.template.render(messages, tools=[tool_def])  # no server tool asked
     assert second.usage.input_tokens == len(
         server.tokenizer.encode(prompt, add_special_tokens=False)
     )
@@ -95,7 +93,9 @@ def test_client_function_tool_round_trip(server: LiveServer, client: OpenAI) -> 
 
 def test_server_tool_runs_inside_the_engine(server: LiveServer, client: OpenAI) -> None:
     server.script(4304, call_text("add", a=40, b=2), "The sum is 42.")
-    r = client.responses.create(model=MODEL, input="Add 40 and 2", extra_body={"seed": 4304})
+    r = client.responses.create(
+        model=MODEL, input="Add 40 and 2", extra_body={"seed": 4304, "server_tools": ["add"]}
+    )
     assert [o.type for o in r.output] == ["message"]  # the call ran on the server
     assert r.output_text == "The sum is 42."
 

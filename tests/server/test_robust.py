@@ -59,7 +59,9 @@ def test_stuck_sync_tools_do_not_slow_other_requests(srv: LiveServer) -> None:
     def stuck(seed: int) -> None:
         srv.script(seed, call_text("hang", seconds=20), "done")
         r = httpx.post(
-            srv.url + "/v1/chat/completions", json=chat(seed=seed, max_tokens=200), timeout=120
+            srv.url + "/v1/chat/completions",
+            json=chat(seed=seed, max_tokens=200, server_tools=["hang"]),
+            timeout=120,
         )
         finals.append(r.json()["choices"][0]["message"]["content"])
 
@@ -76,7 +78,9 @@ def test_stuck_sync_tools_do_not_slow_other_requests(srv: LiveServer) -> None:
     srv.script(800, call_text("get_weather", city="Oslo"), "sunny")
     t0 = time.monotonic()
     other = httpx.post(
-        srv.url + "/v1/chat/completions", json=chat(seed=800, max_tokens=100), timeout=60
+        srv.url + "/v1/chat/completions",
+        json=chat(seed=800, max_tokens=100, server_tools=["get_weather"]),
+        timeout=60,
     )
     other_s = time.monotonic() - t0
     assert plain.status_code == 200 and plain_s < 3.0, plain_s

@@ -102,8 +102,14 @@ def test_tokenize_and_detokenize_as_vllm(server: LiveServer, http: httpx.Client)
     r2 = http.post("/tokenize", json={"prompt": "hello", "return_token_strs": True}).json()
     assert "".join(r2["token_strs"]).endswith("hello")
     chat_r = http.post("/tokenize", json={"model": MODEL, "messages": USER}).json()
-    prompt = server.state.template.render(USER, tools=server.state.registry.definitions())
+    prompt = server.state.template.render(USER, tools=None)  # no server tool asked for
     assert chat_r["tokens"] == tok.encode(prompt, add_special_tokens=False)
+    body = {"model": MODEL, "messages": USER, "server_tools": ["add"]}
+    asked = http.post("/tokenize", json=body).json()
+    prompt = server.state.template.render(
+        USER, tools=server.state.registry.definitions(frozenset({"add"}))
+    )
+    assert asked["tokens"] == tok.encode(prompt, add_special_tokens=False)
     ids = tok.encode("hello world", add_special_tokens=False)
     assert http.post("/detokenize", json={"tokens": ids}).json() == {"prompt": "hello world"}
     bad = http.post("/detokenize", json={"tokens": [10**7]})

@@ -11,7 +11,8 @@ from augserve.core.prediction import Prediction, Predictor
 from augserve.core.request import Request, Segment
 from augserve.predict.base import make_predictor
 from augserve.predict.features import meta_features
-from augserve.predict.learned import LearnedConfig, LearnedPredictor, train_learned_predictor
+from augserve.predict.learned import LearnedConfig, LearnedPredictor
+from augserve.predict.train import train_learned_predictor
 from augserve.profiles import load_profile
 from augserve.sim.precompute import (
     PrecomputedPredictor,

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from augserve.core.latency import LatencyProfile
-from augserve.profiles import derive, list_profiles, load_profile
+from augserve.profiles import derive, list_profiles, load_profile, setups
 from augserve.profiles import load as sim_profiles
 
 SHIPPED = ["gptj-6b-rtx4090", "llama3-70b-4xa100", "opt-13b-h800", "vicuna-13b-2xa100"]
 CALIBRATED = sorted(derive.CALIBRATED)
-SETUPS = {s.name: s for s in derive.SETUPS}
+SETUPS = {s.name: s for s in setups.SETUPS}
 TIME_TERMS = ("c0", "c_prefill", "c_attn", "c_decode", "c_ctx")
 
 
@@ -85,7 +86,7 @@ def test_parameter_counts_match_published_sizes() -> None:
         "Vicuna-13B": 13.02e9,
         "Llama-3-70B-Instruct": 70.55e9,
     }
-    for s in derive.SETUPS:
+    for s in setups.SETUPS:
         assert s.model.total_params() == pytest.approx(published[s.model.name], rel=0.01)
 
 
@@ -108,7 +109,7 @@ def test_sanity_ranges(name: str) -> None:
 
 def test_known_measurement_anchors() -> None:
     # OPT-13B decode at batch 1 on one A100 80 GB is about 20-25 ms per token.
-    opt_a100 = derive.Setup("x", derive.OPT_13B, derive.A100_80, 1, 1500, derive.HOST_SWAP)
+    opt_a100 = setups.Setup("x", setups.OPT_13B, setups.A100_80, 1, 1500, setups.HOST_SWAP)
     assert 0.018 <= derive.derive_profile(opt_a100).decode_iter_time() <= 0.025
     # H800 is faster; GPT-J-6B weights (~12 GB) leave ~9-10 GB of KV on a 4090.
     assert load_profile("opt-13b-h800").decode_iter_time() < 0.018
@@ -166,7 +167,8 @@ def test_unknown_name_lists_available() -> None:
 
 
 def test_type_table_covers_every_field() -> None:
-    assert sim_profiles._all_fields_typed()
+    typed = {*sim_profiles._FLOAT_FIELDS, *sim_profiles._INT_FIELDS, *sim_profiles._STR_FIELDS}
+    assert typed == {f.name for f in dataclasses.fields(LatencyProfile)}
 
 
 def test_docs_table_matches_derivation() -> None:

@@ -33,7 +33,8 @@ def heldout_path(ctx: Context) -> Path:
 def prepare(ctx: Context) -> None:
     """Train (or reuse) the learned predictor and write the held-out trace and scores."""
     from augserve.predict.evaluate import evaluate, split_by_request
-    from augserve.predict.learned import LearnedConfig, train_learned_predictor
+    from augserve.predict.learned import LearnedConfig
+    from augserve.predict.train import train_learned_predictor
     from augserve.workload.jsonl import write_jsonl
     from augserve.workload.registry import load_trace
 

@@ -153,7 +153,10 @@ def _beta_mars(ctx: Context, res: Results, r: float, vals: list[float | None]) -
     default, slow = vals[spec.BETAS.index(5e-5)], vals[spec.BETAS.index(1e-6)]
     if mars is None or default is None or slow is None:
         return ""
-    verb = lambda v: "above" if v > mars else "below"  # noqa: E731
+
+    def verb(v: float) -> str:
+        return "above" if v > mars else "below"
+
     return (
         f" Against MARS ({mars:.2f} req/s at this rate): the paper's beta of 5e-5 per ms "
         f"(a request's value doubles after 20 s of waiting) gives {default:.2f}, "

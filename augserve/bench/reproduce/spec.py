@@ -53,7 +53,6 @@ ABLATION: Mapping[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "AugServe, beta_high = 2.0": ("augserve", (("beta_high", "2.0"),)),
     "AugServe, cost fixed per segment (Alg. 1)": ("augserve", (("segment_cost", "true"),)),
 }
-ABLATION_PAPER_ROWS = ("Base (INFERCEPT)", "+B (dynamic budget)", "+S (state-aware scheduling)")
 BUDGET_POLICIES = ("infercept", "augserve")  # table 1; augserve with a static budget
 BUDGET_STATIC = (("dynamic_budget", "false"),)
 BETAS = (1e-3, 1e-4, 5e-5, 1e-5, 1e-6)

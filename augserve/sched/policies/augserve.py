@@ -38,6 +38,7 @@ _MIN_COST = 1e-12
 class AugServePolicy(PlanningPolicy):
     name = "augserve"
     uses_dynamic_budget = True
+    fixed_preempt_order = False  # the cost grows with the context: protection applies
     prefix_caching = False  # the paper's policy, as the paper ran it (ours: augserve-slo)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -46,6 +46,9 @@ class RankingPolicy:
     needs_after_schedule = False  # the scheduler calls `after_schedule` only if set
     prefix_caching = True  # the prefix cache's default (`SchedulerConfig.enable_prefix_caching`)
     owns_context_policy = False  # the policy chooses context policies (`call_policy`, `replan`)
+    # `preempt_key` is a fixed order (arrival, predicted length): the lowest key always
+    # progresses, so the protection rule of `sched/progress.py` is not needed
+    fixed_preempt_order = True
 
     def __init__(self, config: SchedulerConfig, latency: LatencyModel, load: LoadView) -> None:
         self.config = config

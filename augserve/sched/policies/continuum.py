@@ -18,7 +18,7 @@ call, with program-level FCFS, on vLLM v1 with its prefix cache.
   maximizes   P(D <= ttl) * (reload + queue_delay) - ctx / capacity * E[min(D, ttl)]
   over the durations seen (0 if no TTL gains).
 
-Where the paper is silent, see docs/scheduler.md ("continuum").
+Where the paper is silent, see docs/scheduler.md ("Policies", `continuum`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Paper figure 8: AugServe under prediction error (oracle, noisy:P, learned).
 
-    python -m augserve.bench.fig8 runs/fig8 [--png docs/img/fig8-predictor.png]
-                                            [--sets heldout,full]
+    python benchmarks/fig8_predictor.py runs/fig8 [--png docs/img/fig8-predictor.png]
+                                                 [--sets heldout,full]
 
 Reads every `results.json` under the given directory (one `augserve bench`
 run per predictor; the first directory level below it, e.g. `heldout/` or
@@ -148,7 +148,7 @@ def plot(rows: Sequence[Row], path: str | Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m augserve.bench.fig8",
+        prog="python benchmarks/fig8_predictor.py",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
