@@ -193,7 +193,15 @@ def test_echoed_tool_response_after_a_server_tool_turn_is_not_content(
     server: LiveServer,
 ) -> None:
     echo = "<tool_response>\n5\n</tool_response>\n"
-    out = chat(server, 5104, call_text("add", a=2, b=3), echo, "The sum is 5.", tool_trace=True)
+    out = chat(
+        server,
+        5104,
+        call_text("add", a=2, b=3),
+        echo,
+        "The sum is 5.",
+        tool_trace=True,
+        server_tools=["add"],
+    )
     assert out["tool_trace"][0]["result"] == "5"
     assert out["message"]["content"] == "The sum is 5."
 
@@ -215,6 +223,6 @@ def test_a_list_of_server_calls_in_one_tag_runs_every_call(server: LiveServer) -
         {"name": "add", "arguments": {"a": 2, "b": 3}},
         {"name": "add", "arguments": {"a": 1, "b": 1}},
     ]
-    out = chat(server, 5105, tagged(calls), "Done.", tool_trace=True)
+    out = chat(server, 5105, tagged(calls), "Done.", tool_trace=True, server_tools=["add"])
     assert [t["result"] for t in out["tool_trace"]] == ["5", "2"]
     assert out["finish_reason"] == "stop" and out["message"]["content"] == "Done."
