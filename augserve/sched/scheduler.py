@@ -49,7 +49,7 @@ class Scheduler(SchedulerState):
             self._finish(req, FinishReason.ERROR, now)
             return self._take_update()
         if self.sessions is not None:
-            old = self.sessions.match(req.session_id, req.token_ids)
+            old = self.sessions.match(req.session_id, req.token_ids, req.cache_salt)
             if old is not None:
                 self._continue_session(old, req, now)
         self._apply_prediction(req, prediction)

@@ -23,7 +23,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from augserve.server.health import HealthCollector
 from augserve.server.metrics import ServerMetrics
 from augserve.server.middleware import timed_protocol
 from augserve.server.predictions import apply_tool_priors
+from augserve.server.preparation import PrepCollector
 from augserve.server.state import ServerLimits, ServerState
 from augserve.server.tool_checks import check_commands
 from augserve.server.tool_config import ToolsConfig
@@ -127,6 +128,7 @@ def build_state(
         registry = load_tools(opts.tools_file, opts.offer_server_tools)
     engine = aengine.engine
     apply_tool_priors(engine.predictor, registry.config)
+    engine.grammar_cache_bytes = opts.limits.prep.grammar_cache_bytes
     metrics = ServerMetrics(
         aengine.stats,
         opts.slo,
@@ -144,6 +146,7 @@ def build_state(
         allow_scripted=opts.allow_scripted_tools,
     )
     metrics.registry.register(HealthCollector(state))
+    metrics.registry.register(PrepCollector(state.preparer, engine))
     return state
 
 
@@ -209,7 +212,11 @@ def _config(app: Any, host: str, port: int, log_level: str, state: ServerState) 
 
 
 def serve_forever(
-    state: ServerState, host: str, port: int, api_key: str | None, log_level: str = "info"
+    state: ServerState,
+    host: str,
+    port: int,
+    api_key: str | Sequence[str] | None,
+    log_level: str = "info",
 ) -> int:
     app = create_app(state, api_key)
     server = GracefulServer(_config(app, host, port, log_level, state), state)
@@ -223,7 +230,7 @@ class BackgroundServer:
     def __init__(
         self,
         state: ServerState,
-        api_key: str | None = None,
+        api_key: str | Sequence[str] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         log_level: str = "warning",
