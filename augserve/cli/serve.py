@@ -17,6 +17,7 @@ from typing import Any
 from augserve.cli import args as argtypes
 from augserve.cli.args import disk_errors
 from augserve.cli.serve_limits import add_key_flags, add_limit_flags, api_keys_of, prep_limits
+from augserve.engine.tool_parsers import PARSER_CHOICES
 
 log = logging.getLogger("augserve.serve")
 _DTYPES = {
@@ -100,9 +101,10 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument(
         "--tool-call-parser",
-        default=None,
-        choices=("hermes", "llama3_json"),
-        help="how tool calls are read from the output (default: from the chat template)",
+        default="auto",
+        choices=PARSER_CHOICES,
+        help="how tool calls are read from the output (default: auto, from the chat "
+        "template's markers)",
     )
     g.add_argument(
         "--enable-auto-tool-choice", action="store_true",
