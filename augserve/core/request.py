@@ -1,4 +1,4 @@
-"""Requests of tool-augmented LLM inference (PAPER.md section 1).
+"""Requests of tool-augmented LLM inference (docs/paper.md section 1).
 
 A request is a list of service segments: generate some tokens, then (except
 possibly the last segment) make one external call that lasts some time and

@@ -1,4 +1,4 @@
-"""The one scheduler that drives both the simulator and the engine (DESIGN.md contract).
+"""The one scheduler that drives both the simulator and the engine (docs/design.md, the contract).
 
     upd = sched.add_request(req, now)                  # arrival
     out = sched.schedule(now)                          # one iteration's decision

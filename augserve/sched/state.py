@@ -9,7 +9,7 @@ INFERCEPT's replanner. It answers the queries executors and faces may ask
 (`num_live`, `stats()`, `token_budget()`, ...) and keeps the bookkeeping every
 transition shares: entering and leaving the runnable set, applying a
 prediction, finishing a request, handing out the pending `SchedulerUpdate`.
-The transitions themselves (the contract of DESIGN.md) are `Scheduler`'s.
+The transitions themselves (the contract of docs/design.md) are `Scheduler`'s.
 """
 
 from __future__ import annotations
