@@ -47,7 +47,7 @@ def add_key_flags(g: argparse._ArgumentGroup) -> None:
     )  # fmt: skip
     g.add_argument(
         "--api-key-file", default=None, metavar="FILE",
-        help="more API keys, one a line (# comments and blank lines skipped)",
+        help="more API keys, one a line (# comments and blank lines skipped; default: none)",
     )  # fmt: skip
 
 
