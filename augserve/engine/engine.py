@@ -274,8 +274,7 @@ class LLMEngine:
         if not isinstance(self.latency, SwitchableLatency):
             raise ValueError("set_latency needs an engine built with a SwitchableLatency")
         self.latency.current = latency
-        # the one number a policy keeps from its latency model (`RankingPolicy.tau_iter`)
-        self.scheduler.policy.tau_iter = latency.decode_iter_time()
+        self.scheduler.latency_changed()
         self.latency_source = source
 
     def fit_step(self) -> None:

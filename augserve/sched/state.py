@@ -82,6 +82,15 @@ class SchedulerState:
         self.iteration = 0
         self.capacity_tokens = config.num_device_blocks * config.block_size
 
+    def latency_changed(self) -> None:
+        """The latency model's numbers changed (the server's start-up fit switched it):
+        refresh what was derived from them, the policy's decode iteration time and the
+        swap budget when the config did not fix it."""
+        self.policy.tau_iter = self.latency.decode_iter_time()
+        if self.config.swap_budget_blocks is None:
+            per_iter = self.latency.swap_tokens_per_iter() // self.config.block_size
+            self.memory.kv.swap_budget_blocks = max(1, per_iter)
+
     # --- queries -------------------------------------------------------------------
     @property
     def num_live(self) -> int:
