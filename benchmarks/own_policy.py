@@ -4,7 +4,7 @@
                                                [--window 1800] [--workers 2]
                                                [--out runs/own-policy]
 
-Windows are the paper's 30 minutes of arrivals (PAPER.md section 7) unless --window.
+Windows are the paper's 30 minutes of arrivals (docs/paper.md section 7) unless --window.
 
 - main: the INFERCEPT trace on the roofline and calibrated OPT-13B/H800
   profiles and GPT-J-6B/RTX 4090, Poisson arrivals, at a light rate and at the

@@ -3,14 +3,20 @@ client disconnects, failing and timing-out tools, and an MCP server killed now a
 
     python benchmarks/soak_server.py --minutes 30            # the full run (quiet machine)
     python benchmarks/soak_server.py --minutes 1 --window 20 --out docs/soak/soak-smoke.json
+    python benchmarks/soak_server.py --minutes 10 --hostile 0.2 --out docs/soak/soak-hostile.json
 
 The server runs in its own process (a tiny random-weight Llama with a ChatML template,
 the real engine, HTTP stack, tool registry and MCP supervisor). Random weights never
 write tool calls, so the server's sampler follows a script chosen by each request's
 seed (`SoakSampler`): plain text, or a call of a given tool then an answer. The MCP
 server (stdio, this file with `--mcp`) has a `crash` tool that ends its process; the
-supervisor must start it again for the next MCP call. Reports: requests sent and lost
-(no complete answer; must be 0), errors by kind, the server's RSS slope (MiB/hour,
+supervisor must start it again for the next MCP call. `--hostile W` mixes in, with
+weight W in all, the hostile requests of `bench_adversarial.py` (a 200,000-value
+enum, 2,000 tools with tool_choice "required", a 3.9 MB /tokenize: each must get
+its 400; a distinct small schema each time: must be served), and /health is probed
+twice a second throughout. Reports: requests sent and lost (no complete answer, or
+a hostile request without its expected status; must be 0), errors by kind,
+/health's p50/p99/max, the server's RSS slope (MiB/hour,
 fitted after the first window), KV blocks back to 0 at the end, and p50/p99 latency
 per window. Writes everything as JSON (`--out`).
 """
@@ -45,8 +51,36 @@ SCENARIOS: dict[str, tuple[float, str | None, dict[str, Any]]] = {
     "timeout": (0.05, "slow", {"seconds": 3}),
     "mcp": (0.20, "mcp_add", {"a": 2, "b": 3}),
     "mcp_kill": (0.04, "mcp_crash", {}),
+    # hostile requests (weight set by --hostile): plain text for the sampler
+    "hostile_enum": (0.0, None, {}),
+    "hostile_tools": (0.0, None, {}),
+    "hostile_tokenize": (0.0, None, {}),
+    "hostile_schema": (0.0, None, {}),
 }
 KINDS = list(SCENARIOS)
+HOSTILE = [k for k in KINDS if k.startswith("hostile_")]
+
+
+def hostile_request(kind: str, n: int) -> tuple[str, dict[str, Any], int]:
+    """(path, body, the status it must get) of hostile request number `n`."""
+    user = [{"role": "user", "content": "Hi"}]
+    if kind == "hostile_tokenize":
+        return "/tokenize", {"prompt": "All work and no play makes Jack a dull boy. " * 88_000}, 400
+    if kind == "hostile_tools":
+        params = {"type": "object", "properties": {"x": {"type": "integer"}}}
+        tools = [{"type": "function", "function": {"name": f"t{k}", "parameters": params}}
+                 for k in range(2000)]  # fmt: skip
+        body = {"model": MODEL, "messages": user, "tools": tools, "tool_choice": "required"}
+        return "/v1/chat/completions", body, 400
+    if kind == "hostile_enum":
+        schema: dict[str, Any] = {"type": "string", "enum": [f"v{k}" for k in range(200_000)]}
+        status = 400
+    else:  # a distinct small schema each time: compiled, served, the cache bounded
+        schema = {"type": "object", "properties": {f"f{n}": {"type": "integer"}}}
+        status = 200
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    body = {"model": MODEL, "messages": user, "max_tokens": 8, "response_format": fmt}
+    return "/v1/chat/completions", body, status
 
 
 # --- tools the server runs (`soak_server:NAME`) ------------------------------------------
@@ -180,8 +214,12 @@ def write_tools(root: Path) -> str:
 
 # --- the clients -------------------------------------------------------------------------
 class Soak:
-    def __init__(self, url: str, pid: int, window: float, seed: int) -> None:
+    def __init__(self, url: str, pid: int, window: float, seed: int, hostile: float = 0.0) -> None:
         self.url = url
+        self.weights = {k: SCENARIOS[k][0] for k in KINDS}
+        for k in HOSTILE:
+            self.weights[k] = hostile / len(HOSTILE)
+        self.health: list[tuple[float, float, int]] = []  # (time, latency, status)
         self.pid = pid
         self.window = window
         self.rng = random.Random(seed)
@@ -191,8 +229,7 @@ class Soak:
         self.counter = 0
 
     def pick(self) -> tuple[str, int]:
-        weights = [SCENARIOS[k][0] for k in KINDS]
-        kind = self.rng.choices(KINDS, weights)[0]
+        kind = self.rng.choices(KINDS, [self.weights[k] for k in KINDS])[0]
         self.counter += 1
         return kind, (1000 + self.counter) * len(KINDS) + KINDS.index(kind)
 
@@ -209,7 +246,12 @@ class Soak:
         start = time.monotonic()
         rec: dict[str, Any] = {"kind": kind, "start": start - self.t0, "ok": False}
         try:
-            if body["stream"]:
+            if kind in HOSTILE:
+                path, hbody, want = hostile_request(kind, seed)
+                r = await client.post(self.url + path, json=hbody)
+                rec["status"] = r.status_code
+                rec["ok"] = r.status_code == want
+            elif body["stream"]:
                 await self._stream(client, body, rec, cut=kind == "disconnect")
             else:
                 r = await client.post(self.url + "/v1/chat/completions", json=body)
@@ -239,6 +281,16 @@ class Soak:
             self.rss.append((time.monotonic() - self.t0, kib / 1024))
             await asyncio.sleep(5)
 
+    async def probe_health(self, client: Any, until: float) -> None:
+        while time.monotonic() < until:
+            start = time.monotonic()
+            try:
+                status = (await client.get(self.url + "/health")).status_code
+            except Exception:
+                status = 0
+            self.health.append((start - self.t0, time.monotonic() - start, status))
+            await asyncio.sleep(0.5)
+
     async def run(self, minutes: float, concurrency: int) -> None:
         import httpx
 
@@ -249,7 +301,8 @@ class Soak:
                 while time.monotonic() < until:
                     await self.one(client)
 
-            await asyncio.gather(self.sample_rss(until), *(worker() for _ in range(concurrency)))
+            workers = (worker() for _ in range(concurrency))
+            await asyncio.gather(self.sample_rss(until), self.probe_health(client, until), *workers)
 
 
 def report(soak: Soak, final: dict[str, float], minutes: float) -> dict[str, Any]:
@@ -262,7 +315,7 @@ def report(soak: Soak, final: dict[str, float], minutes: float) -> dict[str, Any
     for w in range(n_win):
         lat = [r["latency"] for r in recs
                if w * soak.window <= r["start"] < (w + 1) * soak.window
-               and r["kind"] != "disconnect"]  # fmt: skip
+               and r["kind"] != "disconnect" and r["kind"] not in HOSTILE]  # fmt: skip
         if lat:
             windows.append({"window": w, "start_s": w * soak.window, "requests": len(lat),
                             "p50_s": float(np.percentile(lat, 50)),
@@ -273,6 +326,7 @@ def report(soak: Soak, final: dict[str, float], minutes: float) -> dict[str, Any
         "minutes": minutes,
         "requests": len(recs),
         "by_kind": {k: sum(r["kind"] == k for r in recs) for k in KINDS},
+        "health": _health_summary(soak.health),
         "lost": len(lost),
         "lost_examples": lost[:5],
         "rss_mib_start": soak.rss[0][1] if soak.rss else None,
@@ -281,6 +335,17 @@ def report(soak: Soak, final: dict[str, float], minutes: float) -> dict[str, Any
         "final": final,
         "windows": windows,
     }
+
+
+def _health_summary(probes: list[tuple[float, float, int]]) -> dict[str, Any]:
+    import numpy as np
+
+    ms = [lat * 1000 for _, lat, _ in probes]
+    if not ms:
+        return {"probes": 0}
+    return {"probes": len(ms), "not_200": sum(s != 200 for _, _, s in probes),
+            "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
+            "max_ms": max(ms)}  # fmt: skip
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -322,6 +387,8 @@ def main() -> int:
     p.add_argument("--window", type=float, default=300.0, help="seconds per latency window")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hostile", type=float, default=0.0, metavar="W",
+                   help="weight of the hostile requests, in all (the others weigh 1)")  # fmt: skip
     p.add_argument("--out", default="docs/soak/soak.json")
     p.add_argument(
         "--serve", nargs=3, metavar=("PORT", "MODEL_DIR", "TOOLS"), help=argparse.SUPPRESS
@@ -358,13 +425,14 @@ def main() -> int:
             if time.monotonic() > deadline:
                 raise SystemExit("the server did not start")
             time.sleep(0.5)
-        soak = Soak(url, proc.pid, a.window, a.seed)
+        soak = Soak(url, proc.pid, a.window, a.seed, a.hostile)
         asyncio.run(soak.run(a.minutes, a.concurrency))
         result = report(soak, wait_idle(url), a.minutes)
         proc.send_signal(signal.SIGTERM)
         result["exit_code"] = proc.wait(60)
         result["command"] = " ".join(["python", "benchmarks/soak_server.py", *sys.argv[1:]])
         result["cpu"] = os.cpu_count()
+        result["load_avg_at_end"] = os.getloadavg()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,4 +1,4 @@
-"""Imports point down the layers of DESIGN.md, and no module imports itself in a circle.
+"""Imports point down the layers of docs/design.md, and no module imports itself in a circle.
 
 Every `import` in the package counts, including the ones inside functions and
 under `TYPE_CHECKING`: a lazy import still ties the two modules together.
@@ -13,7 +13,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "augserve"
 
-# package -> layer (DESIGN.md); a package may import lower layers and itself
+# package -> layer (docs/design.md); a package may import lower layers and itself
 LAYERS = {
     "core": 1,
     "sched": 2,

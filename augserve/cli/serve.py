@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import socket
 from functools import partial
 from typing import Any
 
 from augserve.cli import args as argtypes
 from augserve.cli.args import disk_errors
+from augserve.cli.serve_limits import add_key_flags, add_limit_flags, api_keys_of, prep_limits
+from augserve.engine.tool_parsers import PARSER_CHOICES
 
 log = logging.getLogger("augserve.serve")
-API_KEY_ENV = "AUGSERVE_API_KEY"
 _DTYPES = {
     "auto": None,
     "half": "fp16",
@@ -85,11 +85,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--port", type=_port, default=8000, help="port, checked before the engine is built" + D
     )
-    g.add_argument(
-        "--api-key",
-        default=None,
-        help=f"require 'Authorization: Bearer KEY' on /v1 (default: ${API_KEY_ENV}, else none)",
-    )
+    add_key_flags(g)
     g.add_argument(
         "--tools", default=None, metavar="FILE",
         help="server-side tools, YAML/JSON (default: none; docs/server.md)",
@@ -105,9 +101,10 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument(
         "--tool-call-parser",
-        default=None,
-        choices=("hermes", "llama3_json"),
-        help="how tool calls are read from the output (default: from the chat template)",
+        default="auto",
+        choices=PARSER_CHOICES,
+        help="how tool calls are read from the output (default: auto, from the chat "
+        "template's markers)",
     )
     g.add_argument(
         "--enable-auto-tool-choice", action="store_true",
@@ -249,6 +246,7 @@ def add_parser(subparsers: Any) -> None:
     _model_flags(p)
     _engine_flags(p)
     _scheduler_flags(p)
+    add_limit_flags(p)
     p.set_defaults(func=_serve)
 
 
@@ -356,6 +354,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     # everything that can be checked without a model first: one line, exit 2, at once
     check_port(args.host, args.port)
+    keys = api_keys_of(args)
     registry = load_tools(args.tools, args.offer_server_tools)
     probe = engine_args(args, args.model or "-")  # the engine's flags, on no model yet
     probe.scheduler_config()
@@ -367,6 +366,7 @@ def _serve(args: argparse.Namespace) -> int:
         read_timeout=args.read_timeout,
         write_timeout=args.write_timeout,
         idle_timeout=args.idle_timeout,
+        prep=prep_limits(args),
     )
     options = partial(
         ServeOptions,
@@ -393,6 +393,5 @@ def _serve(args: argparse.Namespace) -> int:
     opts = options(tuple(names))
     aengine = AsyncLLMEngine(build_engine(eargs))
     state = build_state(aengine, model, opts, registry)
-    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     uvicorn_level = args.uvicorn_log_level or args.log_level
-    return serve_forever(state, args.host, args.port, api_key, uvicorn_level)
+    return serve_forever(state, args.host, args.port, keys, uvicorn_level)

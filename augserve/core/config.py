@@ -1,4 +1,4 @@
-"""The scheduler's knobs in one frozen, validated config (PAPER.md sections 2-6)."""
+"""The scheduler's knobs in one frozen, validated config (docs/paper.md sections 2-6)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ class SchedulerConfig:
     max_batch_tokens: T_max, the static token budget (and the dynamic budget's reference).
     dynamic_budget: None takes the policy's default (only `augserve` is dynamic); see
         `augserve.sched.budget.dynamic_token_budget`.
-    beta: AugServe's waiting-value weight per millisecond (PAPER.md section 3).
-    beta_low / beta_high: clip range of the dynamic budget, in units of T_max (PAPER.md
+    beta: AugServe's waiting-value weight per millisecond (docs/paper.md section 3).
+    beta_low / beta_high: clip range of the dynamic budget, in units of T_max (docs/paper.md
         section 4, revised: [0.5, 1.0], the budget only shrinks below T_max).
     segment_cost: AugServe's space-time cost fixed per segment, set on arrival and at
-        each return (Algorithm 1). Default False (PAPER.md section 3, revised): each
+        each return (Algorithm 1). Default False (docs/paper.md section 3, revised): each
         iteration the cost covers what remains of the segment.
     swap_budget_blocks: blocks moved each way per iteration; None derives it from the
         cost model (tokens swappable in one decode iteration).

@@ -1,6 +1,6 @@
 """Cost models: how long an iteration, a prefill or a swap takes, and KV size.
 
-The scheduler asks a `LatencyModel` for every time it needs (PAPER.md sections 2
+The scheduler asks a `LatencyModel` for every time it needs (docs/paper.md sections 2
 to 4); the simulator uses the same model to advance its clock. A
 `LatencyProfile` is the linear model both use:
 

@@ -1,4 +1,4 @@
-"""Serving metrics (PAPER.md section 7), computed from `Request` records. Pure.
+"""Serving metrics (docs/paper.md section 7), computed from `Request` records. Pure.
 
 Definitions:
 

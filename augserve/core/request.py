@@ -1,4 +1,4 @@
-"""Requests of tool-augmented LLM inference (PAPER.md section 1).
+"""Requests of tool-augmented LLM inference (docs/paper.md section 1).
 
 A request is a list of service segments: generate some tokens, then (except
 possibly the last segment) make one external call that lasts some time and
@@ -131,6 +131,8 @@ class Request:
     token_ids: list[int] | None = None  # the engine keeps real tokens; the simulator does not
     max_tokens: int | None = None  # cap on generated tokens (all segments together)
     session_id: str | None = None  # turns of one agent session share it (synthetic ids' key)
+    cache_salt: str | None = None  # the tenant's salt: starts its prefix-cache hash chain and
+    # scopes its sessions (`sched/prefix_cache.py`, `sched/sessions.py`); None: shared
     opaque_tokens: bool = False  # token_ids stand in for unknown content (a trace of lengths):
     # the prefix cache names the blocks by the request, which shares them with no other
 

@@ -124,10 +124,12 @@ class AsyncLLMEngine:
         segments: Sequence[Segment] | None = None,
         tools: ToolSession | None = None,
         session_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Add a request and yield its outputs until it finishes. Leaving the
         iterator early (client gone, cancellation) aborts the request. `session_id`:
-        the client's session id (`sched/sessions.py`)."""
+        the client's session id (`sched/sessions.py`); `cache_salt`: its tenant's salt
+        (`sched/prefix_cache.py`)."""
         self._ensure_started()
         rid = request_id if request_id is not None else f"req-{next(self._ids)}"
         if rid in self._streams:
@@ -137,7 +139,9 @@ class AsyncLLMEngine:
         finished = False
         try:
             params = params or SamplingParams()
-            req = self.engine.make_request(rid, prompt, params, segments, session_id=session_id)
+            req = self.engine.make_request(
+                rid, prompt, params, segments, session_id=session_id, cache_salt=cache_salt
+            )
             prediction = await self._predict_off_loop(req)
             self._add(_Add(req, params, prediction, tools))
             while True:

@@ -74,6 +74,7 @@ To call a function, answer with a JSON object holding its name and arguments ins
 <|im_start|>assistant
 {% endif %}"""
 
+_PROBE = "augserve_probe_function"
 _SENTINEL_CALL = "AUGSERVE_SENTINEL_CALL_7F3A"
 _SENTINEL_RESULT = "AUGSERVE_SENTINEL_RESULT_7F3A"
 
@@ -176,6 +177,7 @@ class ChatTemplate:
     bos_token: str = ""
     eos_token: str = ""
     tool_source: str | None = None  # a separate "tool_use" template, used when tools are given
+    tool_format: str = "hermes"  # the call markup a generic tools prompt teaches (a parser)
     _compiled: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -236,14 +238,34 @@ class ChatTemplate:
         add_generation_prompt: bool = True,
         **kwargs: Any,
     ) -> str:
-        """The prompt text. Raises ValueError for messages the template cannot render."""
+        """The prompt text. Raises ValueError for messages the template cannot render.
+        A template that renders no tools (or no assistant tool calls) gets augserve's
+        generic tools prompt instead (`tool_prompt.py`)."""
+        msgs = normalize_messages(messages)
+        has_calls = any(m.get("tool_calls") for m in msgs)
+        generic_tools = bool(tools) and not self.renders_tools
+        if generic_tools or (has_calls and not self.renders_calls):
+            from augserve.engine.tool_prompt import generic_tools_messages
+
+            offered = tools if generic_tools else None
+            msgs = generic_tools_messages(msgs, offered, self.tool_format, self.renders_calls)
+            tools = None if generic_tools else tools
+        return self._render(msgs, tools, add_generation_prompt, **kwargs)
+
+    def _render(
+        self,
+        msgs: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        add_generation_prompt: bool,
+        **kwargs: Any,
+    ) -> str:
         import jinja2
 
         source = self.tool_source if tools and self.tool_source else self.source
         try:
             return str(
                 self._template(source).render(
-                    messages=normalize_messages(messages),
+                    messages=msgs,
                     tools=list(tools) if tools else None,
                     add_generation_prompt=add_generation_prompt,
                     bos_token=self.bos_token,
@@ -255,6 +277,32 @@ class ChatTemplate:
             raise
         except jinja2.TemplateError as exc:
             raise ValueError(f"chat template failed: {exc}") from None
+        except (TypeError, KeyError, AttributeError) as exc:  # e.g. str + None in a template
+            raise ValueError(f"chat template failed: {exc}") from None
+
+    @cached_property
+    def renders_tools(self) -> bool:
+        """Whether the tools it is given change the prompt (a probe tool against none);
+        a template that raises on them counts as rendering them."""
+        probe = [{"type": "function", "function": {"name": _PROBE, "parameters": {}}}]
+        user = [{"role": "user", "content": "?"}]
+        try:
+            return self._render(user, probe, True) != self._render(user, None, True)
+        except ValueError:
+            return True
+
+    @cached_property
+    def renders_calls(self) -> bool:
+        """Whether the template writes an assistant message's `tool_calls`."""
+        call = {"id": "call_0", "type": "function", "function": {"name": _PROBE, "arguments": {}}}
+        msgs: list[dict[str, Any]] = [
+            {"role": "user", "content": "?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+        ]
+        try:
+            return _PROBE in self._render(msgs, None, False)
+        except ValueError:
+            return False
 
     @cached_property
     def _tool_wrap(self) -> tuple[str, str]:

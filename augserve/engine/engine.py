@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,7 @@ from augserve.core.request import FinishReason, Request, Segment
 from augserve.engine.background_fit import LatencyFit, SwitchableLatency
 from augserve.engine.events import decide
 from augserve.engine.grammar import GrammarMasker
+from augserve.engine.grammar_cache import DEFAULT_BYTES
 from augserve.engine.latency_default import default_latency
 from augserve.engine.model_runner import ModelRunner, SeqChunk
 from augserve.engine.outputs import RequestOutput, SeqState, ToolResult, session_output
@@ -122,15 +124,19 @@ class LLMEngine:
         base = tokenizer.encode(FILLER_TEXT, add_special_tokens=False) if tokenizer else []
         self.filler_ids = base or list(range(3, min(64, runner.vocab_size)))
         self._grammars: GrammarMasker | None = None
+        self.grammar_cache_bytes = DEFAULT_BYTES  # the bound of its compiled grammars
+        self._grammars_lock = threading.Lock()  # built on first use, by any thread
 
     @property
     def grammars(self) -> GrammarMasker:
         """The grammar compiler and masker of this engine's tokenizer (built on first use)."""
-        if self._grammars is None:
-            if self.tokenizer is None:
-                raise ValueError("constrained decoding needs a tokenizer")
-            stop = sorted(self.eos_token_ids)
-            self._grammars = GrammarMasker(self.tokenizer.backend, self.runner.vocab_size, stop)
+        with self._grammars_lock:
+            if self._grammars is None:
+                if self.tokenizer is None:
+                    raise ValueError("constrained decoding needs a tokenizer")
+                stop = sorted(self.eos_token_ids)
+                vocab, size = self.runner.vocab_size, self.grammar_cache_bytes
+                self._grammars = GrammarMasker(self.tokenizer.backend, vocab, stop, size)
         return self._grammars
 
     # --- requests ---------------------------------------------------------------------
@@ -142,10 +148,12 @@ class LLMEngine:
         segments: Sequence[Segment] | None = None,
         now: float | None = None,
         session_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> Request:
         """Tokenize and build a request without queueing it. With `segments` it is
         scripted: calls (and the end) follow the plan and `max_tokens` is not applied.
-        `session_id`: the client's session id (a paused session of that id continues)."""
+        `session_id`: the client's session id (a paused session of that id continues).
+        `cache_salt`: its tenant's salt (`sched/prefix_cache.py`)."""
         text = prompt if isinstance(prompt, str) else None
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -166,6 +174,7 @@ class LLMEngine:
             token_ids=list(ids),
             max_tokens=None if segments else params.max_tokens,
             session_id=session_id,
+            cache_salt=cache_salt,
         )
 
     def add_request(
@@ -265,8 +274,7 @@ class LLMEngine:
         if not isinstance(self.latency, SwitchableLatency):
             raise ValueError("set_latency needs an engine built with a SwitchableLatency")
         self.latency.current = latency
-        # the one number a policy keeps from its latency model (`RankingPolicy.tau_iter`)
-        self.scheduler.policy.tau_iter = latency.decode_iter_time()
+        self.scheduler.latency_changed()
         self.latency_source = source
 
     def fit_step(self) -> None:

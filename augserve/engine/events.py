@@ -15,7 +15,7 @@ from collections.abc import Collection
 from augserve.core.request import FinishReason
 from augserve.engine.outputs import SeqState
 from augserve.engine.sampling_params import check_stop
-from augserve.engine.tools import ParsedCall, scripted_event
+from augserve.engine.tools import ParsedCall, calls_of, group_calls, scripted_event
 from augserve.sched.output import StepEvent, StepResult
 
 CLIENT_PREFIX = "client:"  # `core.prediction.client_key`'s: a scripted client tool's name
@@ -60,49 +60,70 @@ def _scripted(st: SeqState, tok: int) -> StepResult:
 
 
 def finish(st: SeqState, tok: int, reason: FinishReason) -> StepResult:
-    """The output ends. With tools, the tolerant parser reads its end: the turn's
-    client calls, or a call left unclosed / written as bare JSON or a fence, make it
-    "tool_calls" (a server tool's call runs instead, unless the tokens ran out)."""
+    """The output ends. With tools, the tolerant parser reads what is left of the
+    segment: the turn's client calls, or calls left unclosed / written as bare JSON or
+    fences, make it "tool_calls" (server calls run instead, unless the tokens ran out)."""
     tools = st.tools
     if tools is None or st.scripted:
         return StepResult(tok, StepEvent.FINISH, reason)
-    if not st.client_calls:
+    if not st.client_calls or (tools.parallel and tools.grammar is None):
         read_end = getattr(tools.parser, "parse_final", tools.parser.parse)  # optional method
-        call = read_end(st.text, max(st.segment_start, st.call_scan))
-        if call is not None and tools.runs_on_server(call.name):
+        calls = calls_of(read_end(st.text, max(st.segment_start, st.call_scan)))
+        server = [c for c in calls if tools.runs_on_server(c.name)]
+        client = [c for c in calls if not tools.runs_on_server(c.name)]
+        if server and not client and not st.client_calls:
             if reason is FinishReason.LENGTH:
                 return StepResult(tok, StepEvent.FINISH, reason)
-            return _server_call(st, tok, call)
-        if call is not None:
-            st.client_calls = [call]
+            return _server_call(st, tok, server)
+        _add_client_calls(st, client)
     if st.client_calls:
         return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)
     return StepResult(tok, StepEvent.FINISH, reason)
 
 
-def _server_call(st: SeqState, tok: int, call: ParsedCall) -> StepResult:
+def _add_client_calls(st: SeqState, calls: list[ParsedCall]) -> None:
+    """The turn's client calls: all of them with parallel_tool_calls (unless the call
+    is forced), else the first."""
+    tools = st.tools
+    assert tools is not None
+    st.client_calls += calls
+    if not tools.parallel or tools.grammar is not None:
+        del st.client_calls[1:]
+
+
+def _server_call(st: SeqState, tok: int, calls: list[ParsedCall]) -> StepResult:
     # a forced call's grammar ends with the call; response_format's (if any) follows
     st.matcher, st.after_call = st.after_call, None
+    call = group_calls(calls, "".join(c.raw for c in calls))
+    assert call is not None
     st.call = call
     return StepResult(tok, StepEvent.CALL, tool=call.name, args_len=len(json.dumps(call.arguments)))
 
 
+def _scan_past(st: SeqState, call: ParsedCall) -> None:
+    """Look for the turn's next call after this one's text."""
+    at = st.text.find(call.raw, max(st.segment_start, st.call_scan)) if call.raw else -1
+    st.call_scan = at + len(call.raw) if at >= 0 else len(st.text)
+
+
 def tool_event(st: SeqState, tok: int) -> StepResult:
-    """A complete call in the current segment: CALL for a server tool; a client tool's
-    call finishes the request ("tool_calls"), or, with parallel_tool_calls and no forced
-    call, joins the turn's calls while the model writes on (it may call again)."""
+    """A complete call unit in the current segment: CALL for server tools (a list of
+    them runs in one pause); client calls finish the request ("tool_calls"), or, with
+    parallel_tool_calls and no forced call, join the turn's calls while the model writes
+    on (it may call again). A server call after a client call of the turn is not run:
+    the turn goes back to the client."""
     tools = st.tools
     assert tools is not None
-    call = tools.parser.parse(st.text, max(st.segment_start, st.call_scan))
-    if call is None:
+    unit = tools.parser.parse(st.text, max(st.segment_start, st.call_scan))
+    if unit is None:
         return StepResult(tok)
-    if tools.runs_on_server(call.name):
-        if st.client_calls:  # the turn goes back to the client: it cannot pause here
-            return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)
-        return _server_call(st, tok, call)
+    calls = calls_of(unit)
+    client = [c for c in calls if not tools.runs_on_server(c.name)]
+    if not client and not st.client_calls:
+        return _server_call(st, tok, list(calls))
     st.matcher, st.after_call = st.after_call, None
-    st.client_calls.append(call)
-    if tools.parallel and tools.grammar is None:
-        st.call_scan = len(st.text)  # look for the next call after this one
-        return StepResult(tok)
-    return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)
+    _add_client_calls(st, client)
+    if len(client) < len(calls) or not tools.parallel or tools.grammar is not None:
+        return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)
+    _scan_past(st, unit)
+    return StepResult(tok)

@@ -23,6 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from augserve.engine.gguf_quant import qtensor_from_gguf
+from augserve.engine.quant import QTensor
+
 # GGUF architecture -> (Hugging Face architecture, Q/K rows permuted by the converter)
 ARCHITECTURES: dict[str, tuple[str, bool]] = {
     "llama": ("LlamaForCausalLM", True),
@@ -229,6 +232,26 @@ class GGUFWeights:
             self._bar.update(1)
         w = np.ascontiguousarray(w)
         return torch.from_numpy(w if w.flags.writeable else w.copy())  # F32: a read-only mmap
+
+    def get_raw(self, name: str) -> tuple[np.ndarray, int, list[int]]:
+        """A tensor's bytes as stored (not dequantized), its GGUF type and HF shape."""
+        if name not in self._tensors:
+            raise ValueError(f"weight {name!r} not found in {self.path}")
+        offset, n_bytes, qtype, shape = self._tensors[name]
+        return np.asarray(self._data[offset : offset + n_bytes]), int(qtype), list(shape)
+
+    def get_quant(self, name: str) -> QTensor:
+        """A 2-D weight kept quantized (`gguf_quant.qtensor_from_gguf`), HF row order."""
+        raw, qtype, shape = self.get_raw(name)
+        if len(shape) != 2:
+            raise ValueError(f"weight {name!r} is not a matrix: shape {shape}")
+        qt = qtensor_from_gguf(raw, qtype, (shape[0], shape[1]))
+        proj = name.rsplit(".", 2)[-2]
+        if self._permuted and proj in ("q_proj", "k_proj"):
+            qt = qt.rows(reverse_permute(np.arange(shape[0]), self._heads[proj[0]]))
+        if self._bar is not None:
+            self._bar.update(1)
+        return qt
 
     def first(self, *names: str) -> torch.Tensor:
         for n in names:

@@ -1,14 +1,15 @@
 """Grammar-constrained decoding with xgrammar: compile once, mask every step.
 
 `GrammarMasker` belongs to one engine (one tokenizer, one vocabulary). It compiles a
-`GrammarSpec` once (xgrammar's `GrammarCompiler` caches by grammar; our dict keeps
-the compiled object per spec, so a schema seen again costs a dict lookup), makes a
-fresh `GrammarMatcher` per request, and each step fills the token bitmask of the
-constrained rows only (several rows at once through `BatchGrammarMatcher`'s threads)
-and applies it to those rows of the logits: on CPU with xgrammar's C++ kernel, on
-CUDA with its Triton kernel (or its torch path without Triton). A request's matcher
-advances with each token it samples (`accept`). JSON is generated compact (no
-free whitespace), so a model cannot wander in whitespace.
+`GrammarSpec` once (`GrammarCache`, an LRU bounded by the compiled grammars' bytes:
+a schema seen again costs a lookup; xgrammar's own unbounded cache is off), makes a
+fresh `GrammarMatcher` per request (from the compiled grammar the spec carries when
+the server compiled it ahead, so the engine never compiles a server request's), and
+each step fills the token bitmask of the constrained rows only (several rows at once
+through `BatchGrammarMatcher`'s threads) and applies it to those rows of the logits:
+on CPU with xgrammar's C++ kernel, on CUDA with its Triton kernel (or its torch path
+without Triton). A request's matcher advances with each token it samples (`accept`).
+JSON is generated compact (no free whitespace), so a model cannot wander in it.
 
 Forced tool calls (`tool_choice` "required" or a named function) are a grammar too:
 `call_grammar` wraps each tool's JSON schema in the call markup of the template
@@ -20,12 +21,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from augserve.engine.grammar_cache import DEFAULT_BYTES, GrammarCache, grammar_bytes
 from augserve.engine.sampling_params import GrammarSpec
 
 log = logging.getLogger("augserve.engine")
@@ -71,7 +72,13 @@ def _triton_ok() -> bool:
 class GrammarMasker:
     """Compiles grammars for one tokenizer and applies their masks to logits rows."""
 
-    def __init__(self, backend_tokenizer: Any, vocab_size: int, stop_ids: Sequence[int]) -> None:
+    def __init__(
+        self,
+        backend_tokenizer: Any,
+        vocab_size: int,
+        stop_ids: Sequence[int],
+        cache_bytes: int = DEFAULT_BYTES,
+    ) -> None:
         import xgrammar as xgr
         from transformers import PreTrainedTokenizerFast
 
@@ -81,9 +88,8 @@ class GrammarMasker:
         info = xgr.TokenizerInfo.from_huggingface(
             hf, vocab_size=vocab_size, stop_token_ids=list(stop_ids) or None
         )
-        self.compiler = xgr.GrammarCompiler(info, max_threads=2)
-        self._compiled: dict[GrammarSpec, Any] = {}
-        self._lock = threading.Lock()  # the server compiles on its thread, the engine on its
+        self.compiler = xgr.GrammarCompiler(info, max_threads=2, cache_enabled=False)
+        self.cache: GrammarCache[GrammarSpec] = GrammarCache(cache_bytes)
         self._batch = xgr.BatchGrammarMatcher(max_threads=2)
         self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
         self._backend: str | None = None
@@ -91,17 +97,24 @@ class GrammarMasker:
     # --- compile ------------------------------------------------------------------------
     def compile(self, spec: GrammarSpec) -> Any:
         """The compiled grammar of `spec` (cached); GrammarError when it cannot compile."""
-        with self._lock:
-            hit = self._compiled.get(spec)
-            if hit is not None:
-                return hit
+        if spec.compiled is not None:
+            return spec.compiled
+        hit = self.cache.get(spec)
+        if hit is not None:
+            return hit
+        compiled = self.build(spec)
+        self.store(spec, compiled)
+        return compiled
+
+    def build(self, spec: GrammarSpec) -> Any:
+        """Compile `spec` now, without the cache; GrammarError when it cannot compile."""
         try:
-            compiled = self._compile(spec)
+            return self._compile(spec)
         except (RuntimeError, ValueError, TypeError) as exc:
             raise GrammarError(_first_line(exc)) from None
-        with self._lock:
-            self._compiled[spec] = compiled
-        return compiled
+
+    def store(self, spec: GrammarSpec, compiled: Any) -> None:
+        self.cache.put(spec, compiled, grammar_bytes(compiled, spec.source))
 
     def _compile(self, spec: GrammarSpec) -> Any:
         c, xgr = self.compiler, self._xgr

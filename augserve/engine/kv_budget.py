@@ -47,6 +47,7 @@ def model_bytes(model: Any) -> int:
 
 def activation_bytes(model: Any, max_batch_tokens: int) -> int:
     widest = max((p.shape[-1] for p in model.parameters() if p.dim() == 2), default=0)
+    widest = max([widest, *(int(getattr(m, "in_features", 0)) for m in model.modules())])
     return max_batch_tokens * 4 * (int(model.vocab_size) + 64 * int(widest))
 
 

@@ -21,6 +21,8 @@ from augserve.engine.logits_processors import SampleContext, apply_processors, n
 from augserve.engine.models import CausalLM, model_class
 from augserve.engine.ops import compile_regions, compile_wanted, cuda_graphs_wanted, mark_dynamic
 from augserve.engine.prepack import prepack_wanted
+from augserve.engine.quant import check_loaded, logical_numel
+from augserve.engine.quant_select import default_dtype, quant_wanted
 from augserve.engine.sampler import Logprob, Sampler, logprobs_of
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import read_eos_token_ids
@@ -66,7 +68,12 @@ class StepInputs:
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    """How to build a ModelRunner. dtype: 'bf16' | 'fp16' | 'fp32' | None (bf16).
+    """How to build a ModelRunner. dtype: 'bf16' | 'fp16' | 'fp32' | None (auto: bf16 on
+    a CPU with bf16 instructions or CUDA, else fp32; `quant_select.default_dtype`).
+
+    quantize: keep a GGUF file's weights quantized (engine/quant.py); None = auto:
+    AUGSERVE_QUANT if set, else on for GGUF on the CPU when no dtype is given
+    (`quant_select.quant_wanted`). An explicit dtype loads the dequantized weights.
 
     compile: torch.compile the layers' fused regions and the paged decode kernel;
     None = AUGSERVE_COMPILE if set, else on CUDA for models of >= 20M parameters, off
@@ -81,6 +88,7 @@ class RunnerConfig:
     num_threads: int | None = None
     compile: bool | None = None
     prepack: bool | None = None  # oneDNN-packed linear weights; see prepack.prepack_wanted
+    quantize: bool | None = None  # GGUF weights kept quantized; see quant_select.quant_wanted
     cuda_graphs: bool | None = (
         None  # decode steps as CUDA graphs; None: AUGSERVE_CUDA_GRAPHS, else on for CUDA
     )
@@ -115,11 +123,15 @@ def check_device(name: str) -> torch.device:
     return dev
 
 
-def _build_model(model_dir: str, dtype: torch.dtype, device: torch.device) -> CausalLM:
+def _build_model(
+    model_dir: str, dtype: torch.dtype, device: torch.device, quantize: bool = False
+) -> CausalLM:
     hf = load_config(model_dir)
     cls = model_class(hf, str(Path(model_dir) / "config.json"))
     with torch.device("meta"):
         model = cls(hf).to(dtype)
+        if quantize:
+            model.quantize(dtype)
     model = model.to_empty(device=device)
     with torch.no_grad():
         for p in model.parameters():
@@ -132,6 +144,7 @@ def _build_model(model_dir: str, dtype: torch.dtype, device: torch.device) -> Ca
     for name, p in model.named_parameters():
         if bool(torch.isnan(p).any()):
             raise ValueError(f"{model_dir}: parameter {name} was not loaded (or holds NaN)")
+    check_loaded(model, model_dir)
     return model.eval()
 
 
@@ -142,10 +155,13 @@ class ModelRunner:
         if cfg.num_threads is not None:
             torch.set_num_threads(cfg.num_threads)
         self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.dtype = _DTYPES[cfg.dtype or "bf16"]
-        self.model = _build_model(cfg.model_dir, self.dtype, self.device)
+        self.dtype = _DTYPES[cfg.dtype] if cfg.dtype else default_dtype(self.device)
+        self.quantized = quant_wanted(cfg.quantize, cfg.model_dir, cfg.dtype, self.device)
+        if self.quantized:
+            self.dtype = torch.bfloat16 if cfg.dtype is None else self.dtype
+        self.model = _build_model(cfg.model_dir, self.dtype, self.device, self.quantized)
         m = self.model
-        n_params = sum(p.numel() for p in m.parameters())
+        n_params = logical_numel(m)
         self.compiled = compile_wanted(cfg.compile, n_params, self.device)
         self.prepacked = prepack_wanted(cfg.prepack, n_params, self.device, self.dtype)
         if self.prepacked:

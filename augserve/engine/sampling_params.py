@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 GrammarKind = Literal["json_object", "json_schema", "structural_tag", "regex"]
 
@@ -13,10 +13,13 @@ GrammarKind = Literal["json_object", "json_schema", "structural_tag", "regex"]
 class GrammarSpec:
     """What a constrained request must produce: `kind` and its `source` (a JSON schema
     as a JSON string, a structural tag as a JSON string, or a regex). Hashable, so
-    compiled grammars are cached per (tokenizer, spec); see `engine/grammar.py`."""
+    compiled grammars are cached per (tokenizer, spec); see `engine/grammar.py`.
+    `compiled`: the compiled grammar, where it was compiled ahead (the server's
+    preparation), so the engine needs no cache lookup; not part of equality."""
 
     kind: GrammarKind
     source: str = ""
+    compiled: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in ("json_object", "json_schema", "structural_tag", "regex"):

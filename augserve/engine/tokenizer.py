@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,8 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from augserve.engine.chat import ChatTemplate
 from augserve.engine.loader import load_optional_json
+
+LONG_TEXT = 8192  # characters: longer texts are encoded without holding the GIL
 
 
 def _token_str(v: Any) -> str | None:
@@ -77,14 +80,29 @@ class Tokenizer:
         return int(self._tok.get_vocab_size())
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        ids = list(self._tok.encode(text, add_special_tokens=False).ids)
+        """Token ids of `text`. A long text goes through `encode_batch`, which releases
+        the GIL (`encode` holds it: 13 s for 3.9 MB), so other threads (the server's
+        event loop) run meanwhile; the ids are the same."""
+        if len(text) > LONG_TEXT:
+            ids = list(self._tok.encode_batch([text], add_special_tokens=False)[0].ids)
+        else:
+            ids = list(self._tok.encode(text, add_special_tokens=False).ids)
         bos = self.bos_token_id
         if add_special_tokens and self.add_bos and bos is not None and ids[:1] != [bos]:
             ids.insert(0, bos)
         return ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        if len(ids) > LONG_TEXT // 4:  # `decode_batch` releases the GIL too
+            return str(self._tok.decode_batch([ids], skip_special_tokens=skip_special_tokens)[0])
         return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    @functools.cached_property
+    def max_token_bytes(self) -> int:
+        """The most UTF-8 bytes of a vocabulary entry: a text of more than
+        `max_token_bytes` x N bytes cannot be N tokens (byte-level and SentencePiece
+        entries spell each byte they stand for with at least one byte)."""
+        return max((len(t.encode("utf-8")) for t in self._tok.get_vocab()), default=1)
 
     def apply_chat_template(
         self, messages: list[dict[str, str]], add_generation_prompt: bool = True

@@ -1,24 +1,28 @@
 """Tool-call parsers for the common model formats (`ToolCallParser`s for the engine).
 
 - `hermes` (Hermes, Qwen 2/2.5/3, the embedded default model):
-  `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`;
-- `llama3_json` (Llama 3.1 / 3.2): the segment is one JSON object
-  `{"name": ..., "parameters": {...}}`, optionally after `<|python_tag|>`;
+  `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, or a JSON list of such
+  objects inside one tag;
+- `llama3_json` (Llama 3.1 / 3.2): the segment is a JSON object
+  `{"name": ..., "parameters": {...}}` (or a list of them, or several separated by
+  `;`), optionally after `<|python_tag|>`;
 - `mistral` (Mistral / Mixtral instruct): `[TOOL_CALLS][{"name": ..., "arguments":
-  {...}}]`, or `[TOOL_CALLS]name[ARGS]{...}` (newer templates).
+  {...}}, ...]` (every call of the list), or `[TOOL_CALLS]name[ARGS]{...}`.
 
-Tolerant, as vLLM's users expect: when the output ends (`parse_final`), an unclosed
-`<tool_call>{json}` / `[TOOL_CALLS][{json}` at the end, a bare JSON object, or a
-```json code fence holding `{"name": <a declared tool>, "arguments": {...}}` is a
-call too (bare objects and fences only for names in `tools`, so a JSON answer is not
-mistaken for a call). Call markup never reaches `content`, complete or not.
+No call is lost: several tags in a row, a list in one tag, several fenced blocks,
+a bare JSON array. `parse(text, segment_start)` is called after every sampled token
+and returns the first call unit (a call, or a `CallGroup` for a list) as soon as it
+is complete, so the request pauses right after its last token. `parse_final`, once
+when the output ends, returns every call left in the segment, including those that
+only count at the end: an unclosed `<tool_call>{json}` / `[TOOL_CALLS][{json}` whose
+JSON is whole, bare JSON objects or arrays, and ```json fences, all naming declared
+tools (`tool_markup.loose_calls`; so a JSON answer is not mistaken for a call).
 
-The engine calls `parse(text, segment_start)` after every sampled token; a parser
-returns a call as soon as one is complete, so the request pauses right after the
-call's last token. `content(segment, final)` is the streaming-safe view of a
-segment: the text a client may see now, holding back anything that may still turn
-out to be (part of) a call. It only grows as the segment grows, so a server can
-stream its difference.
+`content(segment, final)` is the streaming-safe view of a segment: the text a
+client may see now, holding back anything that may still turn out to be (part of)
+a call. It only grows as the segment grows, so a server can stream its difference.
+Call markup never reaches it, complete or not, and neither does the tool-result
+markup a model echoes after a tool turn (`<tool_response>...</tool_response>`).
 
 A call whose JSON is broken comes back as an `InvalidCall` (a `ParsedCall` with an
 `error`), so the server can answer the model with the error instead of dropping it.
@@ -27,18 +31,37 @@ A call whose JSON is broken comes back as an `InvalidCall` (a `ParsedCall` with 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from augserve.engine.tools import ParsedCall
+from augserve.engine.tool_markup import (
+    InvalidCall,
+    Kind,
+    call_from_json,
+    calls_from_json,
+    complete_items,
+    declared_names,
+    held_prefix,
+    json_object_end,
+    json_value_end,
+    loose_calls,
+    strip_echoes,
+)
+from augserve.engine.tools import ParsedCall, group_calls
 
-
-@dataclass(frozen=True)
-class InvalidCall(ParsedCall):
-    """A call the model tried to make whose body could not be read."""
-
-    error: str = ""
+__all__ = [
+    "TOOL_PARSERS",
+    "HermesToolParser",
+    "InvalidCall",
+    "Llama3JsonToolParser",
+    "MistralToolParser",
+    "StreamingToolParser",
+    "call_from_json",
+    "detect_tool_parser",
+    "held_prefix",
+    "json_object_end",
+    "json_value_end",
+    "make_tool_parser",
+]
 
 
 class StreamingToolParser(Protocol):
@@ -49,267 +72,171 @@ class StreamingToolParser(Protocol):
     def content(self, segment: str, final: bool) -> str: ...
 
 
-def call_from_json(body: str, raw: str) -> ParsedCall:
-    """A call from a JSON object {"name", "arguments" | "parameters"}; InvalidCall if not."""
-    try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as exc:
-        return InvalidCall("", {}, raw, f"the tool call is not valid JSON ({exc.msg})")
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
-        return InvalidCall("", {}, raw, 'the tool call needs a string "name"')
-    name = obj["name"]
-    args: Any = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(args, str):  # some models write the arguments as a JSON string
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as exc:
-            return InvalidCall(name, {}, raw, f"the arguments are not valid JSON ({exc.msg})")
-    if args is None:
-        args = {}
-    if not isinstance(args, dict):
-        return InvalidCall(name, {}, raw, "the arguments must be a JSON object")
-    return ParsedCall(name, args, raw)
+Unit = tuple[list[ParsedCall], int]  # a complete tagged unit's calls, and its end
 
 
-def held_prefix(text: str, marker: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `marker`."""
-    for k in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:k]):
-            return k
-    return 0
+class _Tagged:
+    """A family whose calls open with a tag (`start`); its subclasses read one tagged
+    unit (`_next`) and an unclosed one at the end (`_unclosed`)."""
 
-
-def json_value_end(s: str) -> int | None:
-    """Index just past the object or array that opens `s` ('{' or '['), or None while
-    it is still open. Brackets inside strings do not count."""
-    depth, in_str, esc = 0, False, False
-    for i, ch in enumerate(s):
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
-
-
-json_object_end = json_value_end
-
-_FENCE = re.compile(r"^```(?:json)?[ \t]*\n?")
-
-
-class _Base:
-    """Shared tolerant pieces: loose calls (bare JSON / a ```json fence) naming one of
-    `tools`, and the classification of a segment for the streaming view."""
+    start = ""
+    echoes: tuple[tuple[str, str], ...] = ()  # markup a model echoes: never content
 
     def __init__(self, tools: frozenset[str] | None = None) -> None:
         self.tools = tools or frozenset()
 
-    def loose(self, segment: str) -> tuple[str, ParsedCall | None]:
-        """('call', c) | ('pending', None) | ('text', None) for a segment that may be a
-        bare JSON call or a fenced one."""
-        s = segment.strip()
-        if not s or (s.startswith("`") and len(s) < 3 and "```".startswith(s)):
-            return "pending", None
-        fenced = _FENCE.match(s)
-        if fenced is not None:
-            s = s[fenced.end() :].lstrip()
-            if not s:
-                return "pending", None
-        if not s.startswith("{"):
-            return "text", None
-        end = json_value_end(s)
-        if end is None:
-            return "pending", None
-        rest = s[end:].strip()
-        if rest and not (fenced is not None and "```".startswith(rest[:3])):
-            return "text", None
-        call = _named_call(s[:end], segment, self.tools)
-        return ("call", call) if call is not None else ("text", None)
+    def _next(self, text: str, pos: int) -> Unit | None:
+        raise NotImplementedError
 
+    def _unclosed(self, body: str) -> list[ParsedCall]:
+        raise NotImplementedError
 
-def _named_call(body: str, raw: str, tools: frozenset[str]) -> ParsedCall | None:
-    try:
-        obj = json.loads(body)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(obj, dict) or obj.get("name") not in tools:
-        return None
-    if "arguments" not in obj and "parameters" not in obj:
-        return None
-    call = call_from_json(body, raw)
-    return None if isinstance(call, InvalidCall) else call
+    def parse(self, text: str, segment_start: int) -> ParsedCall | None:
+        unit = self._next(text, segment_start)
+        if unit is None:
+            return None
+        calls, end = unit
+        raw = text[text.find(self.start, segment_start) : end]
+        return group_calls(declared_names(calls, self.tools), raw)
 
+    def parse_final(self, text: str, segment_start: int) -> ParsedCall | None:
+        """Every call left in the segment: its complete tagged units, then an unclosed
+        one whose JSON is whole; without a tag, its loose calls."""
+        calls: list[ParsedCall] = []
+        pos = segment_start
+        while (unit := self._next(text, pos)) is not None:
+            calls += unit[0]
+            pos = unit[1]
+        i = text.find(self.start, pos)
+        if i >= 0:
+            body = text[i + len(self.start) :].lstrip()
+            calls += [c for c in self._unclosed(body) if not isinstance(c, InvalidCall)]
+        elif not calls:
+            kind, calls = loose_calls(self._clean(text[segment_start:]), self.tools)
+        return group_calls(declared_names(calls, self.tools), text[segment_start:])
 
-class _Tagged(_Base):
-    """A family whose calls open with a tag (`start`): the streaming view of content."""
-
-    start = ""
+    def _clean(self, segment: str) -> str:
+        return strip_echoes(segment, self.echoes)
 
     def content(self, segment: str, final: bool) -> str:
-        i = segment.find(self.start)
+        seg = self._clean(segment)
+        i = seg.find(self.start)
         if i >= 0:
-            return segment[:i]  # a call, complete or not, is never content
-        kind, _ = self.loose(segment)
-        if kind == "call" or (kind == "pending" and not final and segment.strip()):
+            return seg[:i]  # a call, complete or not, is never content
+        kind, _ = loose_calls(seg, self.tools)
+        if kind == "call" or (kind == "pending" and not final and seg.strip()):
             return ""
         if final:
-            return segment
-        return segment[: len(segment) - held_prefix(segment, self.start)]
+            return seg
+        markers = [self.start] + [head for head, _ in self.echoes]
+        return seg[: len(seg) - max(held_prefix(seg, m) for m in markers)]
+
+
+def _unclosed_json(body: str) -> list[ParsedCall]:
+    """The calls of an unclosed unit's JSON: a whole object or list, else the whole
+    objects at the head of an open list."""
+    if not body.startswith(("{", "[")):
+        return []
+    end = json_value_end(body)
+    if end is not None:
+        return calls_from_json(body[:end], body)
+    if body.startswith("["):
+        return [call_from_json(item, body) for item in complete_items(body)]
+    return []
 
 
 class HermesToolParser(_Tagged):
-    """`<tool_call>{json}</tool_call>` anywhere in the segment."""
+    """`<tool_call>{json}</tool_call>` (or a JSON list of calls) anywhere in the segment."""
 
     start = "<tool_call>"
     end = "</tool_call>"
+    echoes = (("<tool_response>", "</tool_response>"),)
 
-    def _span(self, text: str, segment_start: int) -> tuple[int, int] | None:
-        i = text.find(self.start, segment_start)
+    def _next(self, text: str, pos: int) -> Unit | None:
+        i = text.find(self.start, pos)
         if i < 0:
             return None
         j = text.find(self.end, i + len(self.start))
-        return None if j < 0 else (i, j)
-
-    def parse(self, text: str, segment_start: int) -> ParsedCall | None:
-        span = self._span(text, segment_start)
-        if span is None:
+        if j < 0:
             return None
-        i, j = span
-        body = text[i + len(self.start) : j].strip()
-        return call_from_json(body, text[i : j + len(self.end)])
+        stop = j + len(self.end)
+        return calls_from_json(text[i + len(self.start) : j].strip(), text[i:stop]), stop
 
-    def parse_final(self, text: str, segment_start: int) -> ParsedCall | None:
-        """At the end of the output: a complete call, an unclosed one whose JSON is
-        whole, or a loose call (bare JSON or a fence naming a declared tool)."""
-        done = self.parse(text, segment_start)
-        if done is not None:
-            return done
-        i = text.find(self.start, segment_start)
+    def _unclosed(self, body: str) -> list[ParsedCall]:
+        return _unclosed_json(body)
+
+
+class MistralToolParser(_Tagged):
+    """`[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (every call of the list)
+    or `[TOOL_CALLS]name[ARGS]{...}`."""
+
+    start = "[TOOL_CALLS]"
+    args = "[ARGS]"
+    echoes = (("[TOOL_RESULTS]", "[/TOOL_RESULTS]"),)
+
+    def _next(self, text: str, pos: int) -> Unit | None:
+        i = text.find(self.start, pos)
         if i < 0:
-            kind, call = self.loose(text[segment_start:])
-            return call if kind == "call" else None
-        body = text[i + len(self.start) :].strip()
-        end = json_value_end(body) if body.startswith("{") else None
+            return None
+        at = i + len(self.start)
+        at += len(text[at:]) - len(text[at:].lstrip())
+        body = text[at:]
+        if body.startswith("["):
+            end = json_value_end(body)
+            if end is None:
+                return None
+            return calls_from_json(body[:end], text[i : at + end]), at + end
+        k = body.find(self.args)
+        if k < 0:
+            return None
+        obj_at = k + len(self.args)
+        obj_at += len(body[obj_at:]) - len(body[obj_at:].lstrip())
+        end = json_value_end(body[obj_at:]) if body[obj_at:].startswith("{") else None
         if end is None:
             return None
-        call = call_from_json(body[:end], text[i:])
-        return None if isinstance(call, InvalidCall) else call
+        stop = at + obj_at + end
+        name = json.dumps(body[:k].strip())
+        obj = body[obj_at : obj_at + end]
+        return [
+            call_from_json('{"name": ' + name + ', "arguments": ' + obj + "}", text[i:stop])
+        ], stop
+
+    def _unclosed(self, body: str) -> list[ParsedCall]:
+        return _unclosed_json(body) if body.startswith("[") else []
 
 
-class Llama3JsonToolParser(_Base):
-    """A segment that is one JSON object with "name" and "parameters" (or "arguments"),
-    optionally after `<|python_tag|>` or inside a ```json fence."""
+class Llama3JsonToolParser:
+    """A segment that is JSON calls with "name" and "parameters" (or "arguments"): one
+    object, a list, or several separated by `;`, optionally after `<|python_tag|>`
+    or inside a ```json fence. Any name counts (the whole segment is the call)."""
 
     python_tag = "<|python_tag|>"
 
-    def _classify(self, segment: str) -> tuple[str, ParsedCall | None]:
-        """('call', call) | ('pending', None) | ('text', None)."""
-        s = segment.lstrip()
+    def __init__(self, tools: frozenset[str] | None = None) -> None:
+        self.tools = tools or frozenset()
+
+    def _classify(self, segment: str) -> tuple[Kind, list[ParsedCall]]:
+        s = segment.lstrip().lstrip(";,").lstrip()
         if not s or self.python_tag.startswith(s):
-            return "pending", None
+            return "pending", []
         if s.startswith(self.python_tag):
-            s = s[len(self.python_tag) :].lstrip()
-            if not s:
-                return "pending", None
-        if s.startswith("`"):
-            return self.loose(s)
-        if not s.startswith("{"):
-            return "text", None
-        end = json_value_end(s)
-        if end is None:
-            return "pending", None
-        try:
-            obj = json.loads(s[:end])
-        except json.JSONDecodeError:
-            return "text", None
-        if not isinstance(obj, dict) or "name" not in obj:
-            return "text", None
-        if "parameters" not in obj and "arguments" not in obj:
-            return "text", None
-        return "call", call_from_json(s[:end], segment)
+            s = s[len(self.python_tag) :]
+        return loose_calls(s, None)
 
     def parse(self, text: str, segment_start: int) -> ParsedCall | None:
-        kind, call = self._classify(text[segment_start:])
-        return call if kind == "call" else None
+        kind, calls = self._classify(text[segment_start:])
+        if kind != "call":
+            return None
+        return group_calls(declared_names(calls, self.tools), text[segment_start:])
 
     def parse_final(self, text: str, segment_start: int) -> ParsedCall | None:
         return self.parse(text, segment_start)
 
     def content(self, segment: str, final: bool) -> str:
         kind, _ = self._classify(segment)
-        if kind == "call":
-            return ""
-        if kind == "pending" and not final:
+        if kind == "call" or (kind == "pending" and not final):
             return ""
         return segment
-
-
-class MistralToolParser(_Tagged):
-    """`[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (the first call of the
-    list is the call) or `[TOOL_CALLS]name[ARGS]{...}`."""
-
-    start = "[TOOL_CALLS]"
-    args = "[ARGS]"
-
-    def _body(self, text: str, segment_start: int) -> tuple[int, str] | None:
-        i = text.find(self.start, segment_start)
-        return None if i < 0 else (i, text[i + len(self.start) :].lstrip())
-
-    def parse(self, text: str, segment_start: int) -> ParsedCall | None:
-        found = self._body(text, segment_start)
-        if found is None:
-            return None
-        i, body = found
-        if body.startswith("["):
-            end = json_value_end(body)
-            if end is None:
-                return None
-            return self._from_list(body[:end], text[i:])
-        k = body.find(self.args)
-        if k < 0:
-            return None
-        obj = body[k + len(self.args) :].lstrip()
-        end = json_value_end(obj) if obj.startswith("{") else None
-        if end is None:
-            return None
-        name = json.dumps(body[:k].strip())
-        return call_from_json('{"name": ' + name + ', "arguments": ' + obj[:end] + "}", text[i:])
-
-    @staticmethod
-    def _from_list(body: str, raw: str) -> ParsedCall:
-        try:
-            items = json.loads(body)
-        except json.JSONDecodeError as exc:
-            return InvalidCall("", {}, raw, f"the tool call is not valid JSON ({exc.msg})")
-        if not isinstance(items, list) or not items:
-            return InvalidCall("", {}, raw, "[TOOL_CALLS] needs a list of calls")
-        return call_from_json(json.dumps(items[0]), raw)
-
-    def parse_final(self, text: str, segment_start: int) -> ParsedCall | None:
-        done = self.parse(text, segment_start)
-        if done is not None and not isinstance(done, InvalidCall):
-            return done
-        found = self._body(text, segment_start)
-        if found is None:
-            kind, call = self.loose(text[segment_start:])
-            return call if kind == "call" else None
-        i, body = found
-        if body.startswith("[{"):  # an unclosed list: its whole first object
-            end = json_value_end(body[1:])
-            if end is not None:
-                call = call_from_json(body[1 : end + 1], text[i:])
-                return None if isinstance(call, InvalidCall) else call
-        return None
 
 
 AnyToolParser = HermesToolParser | Llama3JsonToolParser | MistralToolParser
@@ -318,6 +245,7 @@ TOOL_PARSERS: dict[str, type[AnyToolParser]] = {
     "llama3_json": Llama3JsonToolParser,
     "mistral": MistralToolParser,
 }
+PARSER_CHOICES = ("auto", *TOOL_PARSERS)  # `--tool-call-parser`: auto reads the template
 
 
 def make_tool_parser(name: str, tools: frozenset[str] | None = None) -> AnyToolParser:

@@ -41,16 +41,45 @@ class ParsedCall:
     raw: str = ""
 
 
+@dataclass(frozen=True)
+class CallGroup(ParsedCall):
+    """Several calls the model wrote as one unit (a JSON list in one `<tool_call>`, a
+    `[TOOL_CALLS]` list, or every call read at the output's end). Its own name and
+    arguments are the first call's (what the call-duration predictor sees); its
+    server calls run one after the other in one pause (`run_call`)."""
+
+    calls: tuple[ParsedCall, ...] = ()
+
+
+def group_calls(calls: Sequence[ParsedCall], raw: str = "") -> ParsedCall | None:
+    """None for no call, the call itself for one, else a `CallGroup`."""
+    if not calls:
+        return None
+    if len(calls) == 1:
+        return calls[0]
+    first = calls[0]
+    return CallGroup(first.name, first.arguments, raw, tuple(calls))
+
+
+def calls_of(call: ParsedCall | None) -> tuple[ParsedCall, ...]:
+    """The single calls `call` stands for (a group's members, in order)."""
+    if call is None:
+        return ()
+    return call.calls if isinstance(call, CallGroup) else (call,)
+
+
 class ToolCallParser(Protocol):
     """Finds a complete tool call at the end of the generated text.
 
     `text` is everything generated (and returned) after the prompt;
     `segment_start` is the offset in `text` where the current segment began
     (after the prompt or the last call's result), so a call that was already
-    executed is never seen twice. Return None while no call is complete.
+    executed is never seen twice. Return None while no call is complete, a
+    `CallGroup` for several calls written as one unit (a JSON list of calls).
     A parser may also have `parse_final(text, segment_start)`, called once when the
-    output ends, to read calls that only count at the end (augserve's parsers accept
-    an unclosed call, bare JSON or a fence there: `tool_parsers.py`).
+    output ends, to read every call left in the segment, including those that only
+    count at the end (augserve's parsers accept an unclosed call, bare JSON objects
+    or arrays, and fences there: `tool_parsers.py`).
     """
 
     def parse(self, text: str, segment_start: int) -> ParsedCall | None: ...
@@ -75,7 +104,7 @@ class ToolSession:
     executor: ToolExecutor | None = None
     server_tools: frozenset[str] | None = None
     grammar: GrammarSpec | None = None  # a forced call (tool_choice): its grammar
-    parallel: bool = False  # parallel_tool_calls: several client calls of one turn
+    parallel: bool = False  # parallel_tool_calls: every client call of a turn, not the first
 
     def runs_on_server(self, name: str) -> bool:
         if self.executor is None:
@@ -153,4 +182,16 @@ async def run_call(
         raise ValueError(
             f"call of {call.request_id}: the model called a tool but no executor is set"
         )
-    return await executor(call.parsed)
+    calls = calls_of(call.parsed)
+    if len(calls) == 1:
+        return await executor(calls[0])
+    text, ids = "", []  # a group: each call's result in turn, in one pause
+    for c in calls:
+        result = await executor(c)
+        if isinstance(result, str):
+            text += result
+        else:
+            ids += result
+    if text and ids:
+        raise ValueError(f"call of {call.request_id}: results mix text and token ids")
+    return text or ids

@@ -11,11 +11,17 @@ tool call can pass through the engine:
   as the same conversation by its session and refines the cost as at a return
   (`on_return`), with the context policy that really applied: Preserve when the
   engine's prefix cache still held the context, else Discard (recompute).
-- a resumable streaming-input session keeps its KV while it waits for the next
-  input (vLLM's `resumable` requests): Preserve, always.
+- a resumable streaming-input session waits for its next input as a paused
+  request (vLLM's `resumable` requests). At the pause our policy chooses, as our
+  scheduler does at a call: Preserve holds the blocks; Discard releases them to
+  the engine's prefix cache (recomputed on return where evicted). Swap has no
+  per-request counterpart in the engine (`stream_paused`).
 
-The engine cannot choose per request between them, so each request is costed
-with the policy that will apply to its calls (`forced_context_policy`).
+The engine cannot choose between the two ways, so each request is costed with
+the policy that will apply to its calls (`forced_context_policy`: Discard for
+resubmissions; a resumable one is unforced, or forced by the client's
+`augserve_context`, or by `stream_context="preserve"`). What
+is predicted and what the predictor learns from the engine: `predictions.py`.
 """
 
 from __future__ import annotations
@@ -30,10 +36,12 @@ from augserve.core.latency import LatencyModel
 from augserve.core.prediction import Predictor
 from augserve.core.request import CallRecord, ContextPolicy, Request, RequestStatus, Segment
 from augserve.integrations.options import PluginOptions
-from augserve.integrations.sessions import EndedTurns
+from augserve.integrations.predictions import PluginPredictions
+from augserve.integrations.sessions import EndedTurn, EndedTurns, continue_turn
 from augserve.predict.base import make_predictor
 from augserve.profiles import load_profile
 from augserve.sched.budget import dynamic_token_budget
+from augserve.sched.context_policy import choose_context_policy
 from augserve.sched.policies import RankingPolicy, make_policy, uses_dynamic_budget
 
 PRESERVE, DISCARD = ContextPolicy.PRESERVE, ContextPolicy.DISCARD
@@ -78,20 +86,29 @@ class PolicyBridge:
             beta=options.beta,
             beta_low=options.beta_low,
             predictor=options.predictor,
+            slo_ttft=options.slo_ttft,
+            slo_norm_latency=options.slo_norm_latency,
+            slo_reserve=options.slo_reserve,
         )
-        self._policies: dict[ContextPolicy, RankingPolicy] = {
+        self._policies: dict[ContextPolicy | None, RankingPolicy] = {
             p: make_policy(self.config.with_(forced_context_policy=p), self.latency, self)
-            for p in (PRESERVE, DISCARD)
+            for p in (PRESERVE, DISCARD, None)
         }
         self.predictor = predictor or make_predictor(options.predictor, options.seed)
+        self.predictions = PluginPredictions(self.predictor)
         self.dynamic = uses_dynamic_budget(self.config)
         self._live: dict[str, Request] = {}
-        self._call_policy: dict[str, ContextPolicy] = {}  # what the engine does at its calls
+        self._call_policy: dict[str, ContextPolicy | None] = {}  # at its calls; None: choose
+        self._pauses: dict[str, int] = {}  # a paused session's context length
         self._base_generated: dict[str, int] = {}  # tokens generated in earlier turns
-        self._ended = EndedTurns(options.session_ttl_s, options.max_sessions)
+        self._ended = EndedTurns(options.session_ttl_s, options.max_sessions, self._unanswered)
+        self._stream_default = PRESERVE if options.stream_context == "preserve" else None
         self._running_tokens = 0
         self.decisions: deque[dict[str, Any]] = deque(maxlen=options.decision_log or 1)
-        self.counts: dict[str, int] = {"arrivals": 0, "returns_preserve": 0, "returns_discard": 0}
+        self.counts: dict[str, int] = {
+            "arrivals": 0, "returns_preserve": 0, "returns_discard": 0,
+            "pauses_preserve": 0, "pauses_discard": 0,
+        }  # fmt: skip
 
     # --- LoadView ------------------------------------------------------------------
     def running_tokens(self) -> int:
@@ -109,27 +126,51 @@ class PolicyBridge:
         cached_tokens: int = 0,
         resumable: bool = False,
         kind: str | None = None,
+        max_tokens: int | None = None,
+        hold: ContextPolicy | None = None,
     ) -> Request:
         """A new engine request: a conversation's next turn if `session` ended a turn
-        whose context this one extends, else a new request."""
+        whose context this one extends, else a new request. Without a `plan` the
+        predictor plans it; `max_tokens` caps what this turn may generate; `hold` forces
+        the context policy of a resumable request's pauses (else the policy chooses)."""
+        if resumable:
+            self._call_policy[request_id] = hold or self._stream_default
         ended = self._ended.take(session, now)
         if ended is not None and num_tokens >= ended.context_len:
             kept = cached_tokens + self.facts.block_size > ended.context_len
             applied = PRESERVE if kept else DISCARD  # the prefix cache held the context
-            mirror = self._continue(
+            self.predictions.segment_ended(ended.mirror, in_call=True)
+            rest = ended.mirror.segments[ended.mirror.segment_index + 1 :]
+            plan = plan or rest or self.predictions.segments(None, max_tokens)
+            mirror = continue_turn(
                 ended.mirror, request_id, num_tokens, ended.context_len, ended.end, now, plan
             )
             self._base_generated[request_id] = ended.mirror.num_generated_tokens
+            self._cap(mirror, max_tokens)
+            self.predictions.call_returned(mirror)
             return self._admit(mirror, resumable, now, applied)
+        if ended is not None:
+            self._unanswered(ended)
         mirror = Request(
             request_id=request_id,
             arrival_time=now,
             prompt_len=num_tokens,
-            segments=list(plan or [Segment(1)]),
+            segments=self.predictions.segments(plan, max_tokens),
             kind=kind,
         )
         self._base_generated[request_id] = 0
+        self._cap(mirror, max_tokens)
         return self._admit(mirror, resumable, now, None)
+
+    @staticmethod
+    def _cap(mirror: Request, max_tokens: int | None) -> None:
+        """The mirror's cap on generated tokens: earlier turns' plus this turn's."""
+        if max_tokens is not None:
+            mirror.max_tokens = mirror.num_generated_tokens + max(1, max_tokens)
+
+    def _unanswered(self, turn: EndedTurn) -> None:
+        """An ended turn no resubmission followed: it ended without a call."""
+        self.predictions.segment_ended(turn.mirror, in_call=False)
 
     def resume_stream(
         self,
@@ -139,9 +180,11 @@ class PolicyBridge:
         now: float,
         plan: Sequence[Segment] | None = None,
     ) -> None:
-        """A resumable session got its next input after `num_computed` kept tokens; its KV
-        stayed on device (Preserve)."""
+        """A resumable session got its next input; its KV stayed on device (Preserve) or
+        was released at the pause (Discard; `num_computed` is then 0)."""
         old = self._live.pop(request_id, None)
+        ctx = self._pauses.pop(request_id, num_computed)
+        applied = PRESERVE if num_computed > 0 else DISCARD  # the engine kept its KV or not
         if old is None:
             return
         self._policy(request_id).forget(request_id)
@@ -149,55 +192,50 @@ class PolicyBridge:
         if old.in_call:
             old.calls.pop()
         self._base_generated[request_id] = old.num_generated_tokens
-        mirror = self._continue(old, request_id, num_tokens, num_computed, start, now, plan)
-        self._admit(mirror, True, now, PRESERVE)
+        mirror = continue_turn(old, request_id, num_tokens, ctx, start, now, plan)
+        mirror.max_tokens = old.max_tokens
+        self.predictions.call_returned(mirror)
+        self._admit(mirror, True, now, applied)
 
-    def stream_paused(self, request_id: str, now: float) -> None:
-        """A resumable session ended a turn and waits for input, holding its KV."""
+    def stream_paused(self, request_id: str, now: float, context_len: int) -> ContextPolicy:
+        """A resumable session ended a turn with `context_len` tokens of KV and waits for
+        input: the context policy of this pause (Discard: the engine releases its KV)."""
         mirror = self._live.get(request_id)
-        if mirror is not None and not mirror.in_call:
-            mirror.calls.append(CallRecord(start=now, policy=PRESERVE))
-            mirror.context_policy = PRESERVE
-            self._policy(request_id).on_call(mirror, now)
+        if mirror is None or mirror.in_call:
+            return PRESERVE
+        self.predictions.segment_ended(mirror, in_call=True)
+        mirror.calls.append(CallRecord(start=now))
+        mirror.num_computed_tokens = min(context_len, mirror.num_tokens)
+        self.predictions.predict(mirror)  # the call is known now: its duration
+        policy = self._pause_policy(mirror, now)
+        mirror.calls[-1].policy = mirror.context_policy = policy
+        self._pauses[request_id] = context_len
+        self.counts[f"pauses_{policy.value}"] += 1
+        self._policy(request_id).on_call(mirror, now)
+        return policy
 
-    def _continue(
-        self,
-        old: Request,
-        request_id: str,
-        num_tokens: int,
-        ctx_at_call: int,
-        call_start: float,
-        now: float,
-        plan: Sequence[Segment] | None,
-    ) -> Request:
-        """The mirror of a turn that resumes a call: what our scheduler's `resume` leaves.
-        The tokens past `ctx_at_call` are the call's result."""
-        returned = max(0, num_tokens - ctx_at_call)
-        index = old.segment_index + 1
-        tail = list(plan) if plan else old.segments[index:] or [Segment(1)]
-        mirror = Request(
-            request_id=request_id,
-            arrival_time=old.arrival_time,
-            prompt_len=old.prompt_len,
-            segments=[*old.segments[:index], *tail],
-            kind=old.kind,
-        )
-        mirror.num_tokens = num_tokens
-        mirror.num_generated_tokens = old.num_generated_tokens
-        mirror.num_returned_tokens = old.num_returned_tokens + returned
-        mirror.segment_index = index
-        mirror.queue_time = old.queue_time
-        mirror.calls = [*old.calls, CallRecord(start=call_start, end=now, returned_tokens=returned)]
-        mirror.first_scheduled_time = old.first_scheduled_time
-        return mirror
+    def _pause_policy(self, mirror: Request, now: float) -> ContextPolicy:
+        """Forced, the policy's own (`owns_context_policy`), else the min-waste choice
+        between Preserve and Discard (no per-request swap in the engine)."""
+        forced = self._call_policy.get(mirror.request_id, PRESERVE)
+        if forced is not None:
+            return forced
+        policy = self._policy(mirror.request_id)
+        if policy.owns_context_policy:
+            chosen = policy.call_policy(mirror, now)
+            return DISCARD if chosen is ContextPolicy.SWAP else chosen
+        other = max(0, self._running_tokens - mirror.num_computed_tokens)
+        call = mirror.pred_call_time or 0.0
+        return choose_context_policy(mirror.num_tokens, call, other, self.latency, False)
 
     def _admit(
         self, mirror: Request, resumable: bool, now: float, applied: ContextPolicy | None
     ) -> Request:
         rid = mirror.request_id
         mirror.last_scheduled_time = now
-        self._call_policy[rid] = PRESERVE if resumable else DISCARD
-        self._predict(mirror)
+        if not resumable:
+            self._call_policy[rid] = DISCARD
+        self.predictions.predict(mirror)
         policy = self._policy(rid)
         if applied is None:
             policy.on_arrival(mirror, now)
@@ -208,12 +246,6 @@ class PolicyBridge:
             policy.on_return(mirror, applied, now)
         self._live[rid] = mirror
         return mirror
-
-    def _predict(self, mirror: Request) -> None:
-        pred = self.predictor.predict([mirror])[0]
-        mirror.pred_output_len = pred.output_len
-        mirror.pred_call_time = pred.call_time
-        mirror.pred_return_len = pred.return_len
 
     # --- ends ------------------------------------------------------------------------
     def finish(
@@ -237,8 +269,11 @@ class PolicyBridge:
         self._base_generated.pop(request_id, None)
         self._policy(request_id).forget(request_id)
         self._call_policy.pop(request_id, None)
+        self._pauses.pop(request_id, None)
         if session and ended_ok:
-            self._ended.put(session, mirror, now)
+            self._ended.put(session, mirror, now)  # a call, if its resubmission comes
+        elif ended_ok:
+            self.predictions.segment_ended(mirror, in_call=False)
 
     def has_ended_turn(self, session: str, now: float) -> bool:
         """Whether `session` ended a turn whose resubmission is still expected."""
@@ -246,12 +281,21 @@ class PolicyBridge:
 
     # --- each step ---------------------------------------------------------------------
     def sync(
-        self, request_id: str, num_tokens: int, num_computed: int, num_output: int, running: bool
+        self,
+        request_id: str,
+        num_tokens: int,
+        num_computed: int,
+        num_output: int,
+        running: bool,
+        now: float | None = None,
     ) -> None:
-        """Copy the engine's token counts into the mirror before ranking."""
+        """Copy the engine's token counts into the mirror before ranking (a first output
+        token seen at `now` dates the first token, which the SLO policy reads)."""
         mirror = self._live.get(request_id)
         if mirror is None:
             return
+        if num_output > 0 and mirror.first_token_time is None and now is not None:
+            mirror.first_token_time = now
         mirror.num_tokens = num_tokens
         mirror.num_computed_tokens = min(num_computed, num_tokens)
         mirror.segment_generated = num_output

@@ -24,16 +24,24 @@ CONFIG_KEY = "augserve"
 class PluginOptions:
     """How the plugin ranks and budgets.
 
-    policy: one of our ranking policies (`augserve.sched.policies.POLICIES`).
+    policy: any of our ranking policies (`augserve.sched.policies.POLICIES`,
+        `augserve-slo` included).
     profile: latency profile the cost terms are priced with: a shipped name
         (`augserve.profiles.list_profiles()`) or a JSON file (`augserve profile`).
-    predictor: `oracle`, `noisy:P` or `learned:DIR` (oracle reads the plan a client
-        sends, else takes `max_tokens` as the output length, see `plan.py`).
+    predictor: `online` (learned from the engine's own requests, `predictions.py`),
+        `oracle`, `noisy:P` (read the plan a client sends, else take `max_tokens`
+        as the output length, see `plan.py`) or `learned:DIR`.
     seed: the noisy predictor's seed.
     beta: AugServe's waiting-value weight per millisecond.
     beta_low / beta_high: clip range of the dynamic budget in units of the engine's
         static budget; beta_high cannot exceed 1 (the engine's batch never grows).
     dynamic_budget: None takes the policy's default (augserve: dynamic).
+    slo_ttft / slo_norm_latency / slo_reserve: `augserve-slo`'s SLO (seconds, seconds
+        per token) and rescue reserve (per second); None takes the policy's defaults
+        (the profile's: TTFT 1 s, 10 decode iterations per token; 0.05/s).
+    stream_context: at a resumable streaming session's pause, `choose` (our policy's
+        choice: Preserve holds the KV, Discard releases it to the prefix cache) or
+        `preserve` (always hold it); a request's `augserve_context` overrides it.
     session_ttl_s / max_sessions: how long and how many ended turns are remembered
         so that a resubmitted context is recognized as a call's return.
     decision_log: keep the last N steps' decisions (budget, order, scheduled ids)
@@ -42,12 +50,16 @@ class PluginOptions:
 
     policy: str = "augserve"
     profile: str = "opt-13b-h800"
-    predictor: str = "oracle"
+    predictor: str = "online"
     seed: int = 0
     beta: float = 5e-5
     beta_low: float = 0.5
     beta_high: float = 1.0
     dynamic_budget: bool | None = None
+    slo_ttft: float | None = None
+    slo_norm_latency: float | None = None
+    slo_reserve: float | None = None
+    stream_context: str = "choose"
     session_ttl_s: float = 600.0
     max_sessions: int = 100_000
     decision_log: int = 0
@@ -71,6 +83,17 @@ class PluginOptions:
             raise ValueError(
                 f"PluginOptions.beta_high must be <= 1 (the engine's batch size is its "
                 f"max_num_batched_tokens), got {self.beta_high}"
+            )
+        for name in ("slo_ttft", "slo_norm_latency"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"PluginOptions.{name} must be > 0, got {value}")
+        if self.slo_reserve is not None and not self.slo_reserve >= 0:
+            raise ValueError(f"PluginOptions.slo_reserve must be >= 0, got {self.slo_reserve}")
+        if self.stream_context not in ("choose", "preserve"):
+            raise ValueError(
+                f"PluginOptions.stream_context must be choose or preserve, got "
+                f"{self.stream_context!r}"
             )
         if self.session_ttl_s <= 0:
             raise ValueError(f"PluginOptions.session_ttl_s must be > 0, got {self.session_ttl_s}")

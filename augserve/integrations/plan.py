@@ -7,10 +7,16 @@ scheduler untouched; its values may be strings, numbers or lists of them. Keys:
   JSON string `[[output_len, call_time or null, return_len], ...]`. The oracle
   and noisy predictors read it (tests, benchmarks that know their trace).
 - `augserve_kind`: the augmentation kind or tool family (a learned predictor's feature).
+- `augserve_context`: `preserve` or `discard`, the context policy of a resumable
+  streaming session's pauses (hold its KV, or release it to the prefix cache);
+  without it the plugin's policy chooses at each pause.
 - `augserve_session`: links the turns of one conversation when the engine's own
   `session_id` is not set (offline `LLM.generate`).
 
-A request without a plan is planned as one segment of `max_tokens` and no call.
+A request without a plan is planned by the predictor (`online` by default, learned
+from the engine's own finished requests and the gaps between a session's turns);
+only the oracle predictors, which read a plan, fall back to one segment of
+`max_tokens` without a call (`PolicyBridge.arrive`).
 """
 
 from __future__ import annotations
@@ -19,11 +25,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from augserve.core.request import Segment
+from augserve.core.request import ContextPolicy, Segment
 
 PLAN_KEY = "augserve_plan"
 KIND_KEY = "augserve_kind"
 SESSION_KEY = "augserve_session"
+CONTEXT_KEY = "augserve_context"
+_HOLDS = {"preserve": ContextPolicy.PRESERVE, "discard": ContextPolicy.DISCARD}
 
 
 def encode_plan(segments: Sequence[Segment]) -> str:
@@ -52,10 +60,15 @@ def decode_plan(raw: Any) -> list[Segment]:
     return out
 
 
-def plan_for(extra: Mapping[str, Any] | None, max_tokens: int | None) -> list[Segment]:
-    """The request's plan: the client's, else one segment of `max_tokens` without a call."""
+def plan_for(extra: Mapping[str, Any] | None) -> list[Segment] | None:
+    """The plan the client sent, else None (the predictor plans the request)."""
     if extra and PLAN_KEY in extra:
         return decode_plan(extra[PLAN_KEY])
+    return None
+
+
+def max_tokens_plan(max_tokens: int | None) -> list[Segment]:
+    """What an oracle reads when no plan came: one segment of `max_tokens`, no call."""
     return [Segment(max(1, max_tokens or 1))]
 
 
@@ -70,3 +83,13 @@ def session_of(extra: Mapping[str, Any] | None, session_id: str | None) -> str |
 def kind_of(extra: Mapping[str, Any] | None) -> str | None:
     value = (extra or {}).get(KIND_KEY)
     return str(value) if value not in (None, "") else None
+
+
+def hold_of(extra: Mapping[str, Any] | None) -> ContextPolicy | None:
+    """The client's `augserve_context` (None: the policy chooses); ValueError if bad."""
+    value = (extra or {}).get(CONTEXT_KEY)
+    if value in (None, ""):
+        return None
+    if value not in _HOLDS:
+        raise ValueError(f"{CONTEXT_KEY}: expected preserve or discard, got {value!r}")
+    return _HOLDS[value]

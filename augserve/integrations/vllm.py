@@ -35,12 +35,12 @@ from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from augserve.core.request import Segment
+from augserve.core.request import ContextPolicy, Segment
 from augserve.integrations.bridge import EngineFacts, PolicyBridge
 from augserve.integrations.options import load_options
-from augserve.integrations.plan import kind_of, plan_for, session_of
+from augserve.integrations.plan import hold_of, kind_of, plan_for, session_of
 
-SUPPORTED_VLLM = ("0.32.0",)
+SUPPORTED_VLLM = ("0.32.0", "0.33.0")
 STATS_INTERVAL_S = 60.0
 logger = init_logger("vllm.augserve")
 _ENDED_OK = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
@@ -79,6 +79,7 @@ class _AugServeMixin:
         )
         self.augserve = PolicyBridge(options, facts)
         self._static_budget: int = sched.max_num_scheduled_tokens
+        self._released: set[str] = set()  # paused sessions whose KV was discarded
         self._stats = {"steps": 0, "budget_sum": 0, "shrunk": 0}
         self._stats_at = time.monotonic()
         logger.info(
@@ -98,12 +99,15 @@ class _AugServeMixin:
         if existing is None:
             self._arrive(request, now)
         elif paused and existing.status == RequestStatus.WAITING:
+            if existing.request_id in self._released:  # its KV went at the pause
+                self._released.discard(existing.request_id)
+                existing.num_computed_tokens = 0  # recompute (prefix-cache hits aside)
             self.augserve.resume_stream(
                 existing.request_id,
                 existing.num_tokens,
                 existing.num_computed_tokens,
                 now,
-                self._plan(request, explicit_only=True),
+                self._plan(request),
             )
 
     def _arrive(self, request: Request, now: float) -> None:
@@ -122,35 +126,66 @@ class _AugServeMixin:
             cached_tokens=cached,
             resumable=request.resumable,
             kind=kind_of(extra),
+            max_tokens=request.max_tokens,
+            hold=self._hold(request),
         )
 
-    def _plan(self, request: Request, explicit_only: bool = False) -> list[Segment] | None:
-        extra = _extra(request)
-        if explicit_only and not (extra and "augserve_plan" in extra):
-            return None
+    @staticmethod
+    def _hold(request: Request) -> ContextPolicy | None:
         try:
-            return plan_for(extra, request.max_tokens)
+            return hold_of(_extra(request))
+        except ValueError as exc:
+            logger.warning("augserve: request %s: %s (ignored)", request.request_id, exc)
+            return None
+
+    def _plan(self, request: Request) -> list[Segment] | None:
+        """The client's `augserve_plan`, else None (the predictor plans the request)."""
+        try:
+            return plan_for(_extra(request))
         except ValueError as exc:
             logger.warning("augserve: request %s: %s (plan ignored)", request.request_id, exc)
-            return plan_for(None, request.max_tokens)
+            return None
 
     def _handle_stopped_request(self, request: Request) -> bool:
         finished: bool = super()._handle_stopped_request(request)  # type: ignore[misc]
-        if not finished:  # a streaming session ended a turn and keeps its KV
+        sched: Any = self
+        if not finished:  # a streaming session ended a turn: a call of our policy's
             now = time.monotonic()
-            self.augserve.stream_paused(request.request_id, now)
+            waits = request.status == RequestStatus.WAITING_FOR_STREAMING_REQ
+            ctx = request.num_computed_tokens
+            policy = self.augserve.stream_paused(request.request_id, now, ctx)
+            if waits and policy is ContextPolicy.DISCARD:
+                self._release(request)
+            if self.augserve.options.decision_log:
+                free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+                logger.info("augserve: pause %s: %s, %d free blocks", request.request_id,
+                            policy.value, free)  # fmt: skip
             if request.status == RequestStatus.WAITING:  # its next input was queued
                 self.augserve.resume_stream(
                     request.request_id,
                     request.num_tokens,
                     request.num_computed_tokens,
                     now,
-                    self._plan(request, explicit_only=True),
+                    self._plan(request),
                 )
         return finished
 
+    def _release(self, request: Request) -> None:
+        """Discard a paused session's KV: its blocks go to vLLM's prefix cache (evictable,
+        hits where they survive), and it recomputes the rest when its next input comes.
+        Its computed count stays until then: vLLM 0.32 keeps the context up to it when
+        the input comes (`_update_request_as_session`); `add_request` zeroes it after."""
+        sched: Any = self
+        sched.kv_cache_manager.free(request)
+        self._released.add(request.request_id)
+        holding: RequestQueue = sched.kv_holding_waiting
+        if request in holding:  # vLLM 0.32 queues a paused session as a KV holder
+            holding.remove_request(request)
+            sched.waiting.add_request(request)
+
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         result = super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
+        self._released.discard(request.request_id)
         self.augserve.finish(
             request.request_id,
             time.monotonic(),
@@ -208,7 +243,7 @@ class _AugServeMixin:
         running_tokens = 0
         for req in sched.running:
             bridge.sync(req.request_id, req.num_tokens, req.num_computed_tokens,
-                        req.num_output_tokens, running=True)  # fmt: skip
+                        req.num_output_tokens, running=True, now=now)  # fmt: skip
             running_tokens += req.num_computed_tokens
         queues: list[RequestQueue] = [sched.kv_holding_waiting, sched.waiting]
         for queue in queues:

@@ -1,4 +1,4 @@
-"""The `Predictor` protocol and the oracle predictors (PAPER.md section 5).
+"""The `Predictor` protocol and the oracle predictors (docs/paper.md section 5).
 
 A predictor tells the scheduler, for a request's *current* segment, how many
 tokens it will still generate and how long the call that ends it will last.

@@ -1,4 +1,4 @@
-"""Features and targets of the learned predictor (PAPER.md section 5).
+"""Features and targets of the learned predictor (docs/paper.md section 5).
 
 One row per segment. Features are computed from a live `Request` exactly as the
 scheduler holds it when it asks for a prediction (on arrival and at every call
@@ -23,7 +23,7 @@ import numpy as np
 from augserve.core.request import CallRecord, Request, Segment
 
 FEATURE_VERSION = 1
-BUCKET_SIZE = 50  # tokens per output-length class (PAPER.md section 5)
+BUCKET_SIZE = 50  # tokens per output-length class (docs/paper.md section 5)
 MAX_SEGMENT_INDEX = 32
 
 META_NAMES = (

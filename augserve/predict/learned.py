@@ -1,6 +1,6 @@
 """The learned predictor: sentence embedding + metadata -> gradient-boosted heads.
 
-Per segment (PAPER.md section 5), from the features of `features.py` plus a
+Per segment (docs/paper.md section 5), from the features of `features.py` plus a
 PCA-reduced all-MiniLM-L6-v2 embedding of the prompt text where there is text:
 
 - `bucket`: output length as a classifier over 50-token buckets (the

@@ -1,4 +1,4 @@
-"""AugServe's dynamic batch token budget (PAPER.md section 4); static policies use T_max."""
+"""AugServe's dynamic batch token budget (docs/paper.md section 4); static policies use T_max."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""INFERCEPT's memory waste of each way to hold a context during a call (PAPER.md section 2).
+"""INFERCEPT's memory waste of each way to hold a context during a call (docs/paper.md section 2).
 
 Memory is in tokens (the KV bytes per token M multiplies every term and does
 not change any comparison), time in seconds.

@@ -1,4 +1,4 @@
-"""Invariants of a scheduler's state, checked by tests after every step (DESIGN.md)."""
+"""Invariants of a scheduler's state, checked by tests after every step (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Device memory decisions on top of `KVManager` (PAPER.md section 2).
+"""Device memory decisions on top of `KVManager` (docs/paper.md section 2).
 
 The memory manager knows which paused requests hold device KV and which of
 them may give it up (the *reclaimable* set: paused requests whose planned

@@ -1,4 +1,4 @@
-"""What the scheduler tells an executor, and what it hears back (DESIGN.md contract).
+"""What the scheduler tells an executor, and what it hears back (docs/design.md, the contract).
 
     out = sched.schedule(now)                          # SchedulerOutput: chunks with their
                                                        # block tables, swaps, discards

@@ -1,4 +1,4 @@
-"""Greedy batch packing under a token budget and KV memory (PAPER.md section 3, step 4).
+"""Greedy batch packing under a token budget and KV memory (docs/paper.md section 3, step 4).
 
 Requests are offered the batch in the policy's order. Each takes its tokens
 for this iteration (1 to decode, a chunk of its prefill / recompute / returned

@@ -1,4 +1,4 @@
-"""Automatic prefix caching, as vLLM v1 does it (DESIGN.md, KV that outlives a request).
+"""Automatic prefix caching, as vLLM v1 does it (docs/design.md, KV that outlives a request).
 
 A full block is named by a hash of its tokens chained to the previous block's
 hash, so two contexts share a block exactly when they share every token up to
@@ -10,6 +10,11 @@ context up before it is admitted (`take_hit`): the longest run of cached
 blocks from the start, always leaving at least the last token to compute (its
 logits are needed), goes into its block table and `num_computed_tokens`
 starts after it.
+
+Tenants: a request's `cache_salt` (the server's hash of its API key and of the
+request's own `cache_salt`, as vLLM's) starts its chain, so a block is shared only
+by requests of the same salt: `cached_tokens` never reveals another tenant's
+prompt. Requests without a salt (the simulator's) share one chain.
 
 Token identities: the engine's requests carry their real token ids; the
 simulator's requests of an agent session carry the session's synthetic ids
@@ -29,6 +34,11 @@ from augserve.core.request import Request
 
 _ROOT = 0x9E3779B97F4A7C15  # the parent hash of a context's first block
 _OWN = "own"  # salt of the hashes of requests without token ids
+
+
+def chain_root(salt: str | None) -> int:
+    """The parent hash of a context's first block: one per salt (tenant)."""
+    return _ROOT if salt is None else hash((_ROOT, salt))
 
 
 @dataclass
@@ -60,7 +70,7 @@ class PrefixCache:
             if ids is None or req.opaque_tokens:
                 hashes.append(hash((_OWN, req.request_id, j)))
             else:
-                parent = hashes[-1] if hashes else _ROOT
+                parent = hashes[-1] if hashes else chain_root(req.cache_salt)
                 hashes.append(hash((parent, *ids[j * bs : (j + 1) * bs])))
         return hashes[index]
 

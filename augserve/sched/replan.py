@@ -1,4 +1,4 @@
-"""INFERCEPT's re-evaluation of paused requests' context policies (PAPER.md section 6).
+"""INFERCEPT's re-evaluation of paused requests' context policies (docs/paper.md section 6).
 
 WukLab/InferCept (`_schedule_chunk_and_fill`) chooses again, every iteration,
 the context policy of each paused request whose KV is still on device, with

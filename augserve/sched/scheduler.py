@@ -1,4 +1,4 @@
-"""The one scheduler that drives both the simulator and the engine (DESIGN.md contract).
+"""The one scheduler that drives both the simulator and the engine (docs/design.md, the contract).
 
     upd = sched.add_request(req, now)                  # arrival
     out = sched.schedule(now)                          # one iteration's decision
@@ -49,7 +49,7 @@ class Scheduler(SchedulerState):
             self._finish(req, FinishReason.ERROR, now)
             return self._take_update()
         if self.sessions is not None:
-            old = self.sessions.match(req.session_id, req.token_ids)
+            old = self.sessions.match(req.session_id, req.token_ids, req.cache_salt)
             if old is not None:
                 self._continue_session(old, req, now)
         self._apply_prediction(req, prediction)

@@ -17,6 +17,11 @@ prompt is that conversation re-rendered (a chat template may write the call back
 differently from how the model wrote it): the session ends and its KV goes to the
 prefix cache, where the continuation finds every full block they share.
 
+Tenants: a session is matched only by a request of the same `cache_salt` (the
+server's hash of the API key, `sched/prefix_cache.py`): by id or by prompt, one
+tenant can neither continue nor end another's session. Client session ids are
+names within a tenant.
+
 Retention is soft: a session's device KV is always reclaimable (`MemoryManager`'s
 `soft` set), so admission can take it like any planned Swap / Discard, and a
 session expires `session_ttl` seconds after its call began (its KV goes to the
@@ -36,7 +41,7 @@ class SessionTable:
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
         self.requests: dict[str, Request] = {}  # request id -> the paused request
-        self.names: dict[str, str] = {}  # client session id -> request id
+        self.names: dict[tuple[str | None, str], str] = {}  # (salt, client id) -> request id
         self.contexts: dict[str, list[int]] = {}  # request id -> its computed context
         self.prompts: dict[str, list[int]] = {}  # request id -> its first prompt
 
@@ -54,36 +59,42 @@ class SessionTable:
         self.contexts[rid] = list(req.token_ids[: req.num_tokens - 1])
         self.prompts[rid] = list(req.token_ids[: req.prompt_len])
         if req.session_id is not None:
-            self.names[req.session_id] = rid  # the latest turn of that session
+            self.names[req.cache_salt, req.session_id] = rid  # that session's latest turn
 
     def remove(self, request_id: str) -> Request | None:
         req = self.requests.pop(request_id, None)
         self.contexts.pop(request_id, None)
         self.prompts.pop(request_id, None)
-        if (
-            req is not None
-            and req.session_id is not None
-            and self.names.get(req.session_id) == request_id
-        ):
-            del self.names[req.session_id]
+        if req is not None and req.session_id is not None:
+            name = (req.cache_salt, req.session_id)
+            if self.names.get(name) == request_id:
+                del self.names[name]
         return req
 
-    def match(self, session_id: str | None, token_ids: Sequence[int] | None) -> Request | None:
-        """The session a new request continues: by id, else by the longest paused
-        context its prompt extends (strictly: some new token must follow), else by the
-        longest first prompt it extends."""
-        if session_id is not None and session_id in self.names:
-            return self.requests[self.names[session_id]]
+    def match(
+        self, session_id: str | None, token_ids: Sequence[int] | None, salt: str | None = None
+    ) -> Request | None:
+        """The session of tenant `salt` a new request continues: by id, else by the
+        longest paused context its prompt extends (strictly: some new token must
+        follow), else by the longest first prompt it extends."""
+        if session_id is not None and (salt, session_id) in self.names:
+            return self.requests[self.names[salt, session_id]]
         if token_ids is None:
             return None
-        return self._longest(self.contexts, token_ids) or self._longest(self.prompts, token_ids)
+        return self._longest(self.contexts, token_ids, salt) or self._longest(
+            self.prompts, token_ids, salt
+        )
 
-    def _longest(self, keys: dict[str, list[int]], token_ids: Sequence[int]) -> Request | None:
+    def _longest(
+        self, keys: dict[str, list[int]], token_ids: Sequence[int], salt: str | None
+    ) -> Request | None:
         best: Request | None = None
         best_len = 0
         n = len(token_ids)
         for rid, key in keys.items():
             k = len(key)
+            if self.requests[rid].cache_salt != salt:
+                continue
             if best_len < k < n and list(token_ids[:k]) == key:
                 best, best_len = self.requests[rid], k
         return best
@@ -102,6 +113,8 @@ def extends(old: Request, new: Request) -> bool:
     """Whether `new`'s prompt starts with every token of `old` whose KV is computed."""
     n = old.num_computed_tokens
     if old.token_ids is None or new.token_ids is None or n >= new.num_tokens:
+        return False
+    if old.cache_salt != new.cache_salt:  # another tenant's KV: never
         return False
     return new.token_ids[:n] == old.token_ids[:n]
 

@@ -1,4 +1,4 @@
-"""When a request can no longer meet its SLO (PAPER.md section 7), as the scheduler sees it.
+"""When a request can no longer meet its SLO (docs/paper.md section 7), as the scheduler sees it.
 
 The SLO: TTFT < `ttft` seconds and normalized latency (latency outside calls
 per generated token) < `norm_latency` seconds per token, by default 10 x the

@@ -1,4 +1,4 @@
-"""AugServe's space-time cost terms and value density (PAPER.md section 3).
+"""AugServe's space-time cost terms and value density (docs/paper.md section 3).
 
 A segment's cost is the integral of its memory over its residency: tokens of
 KV times seconds. Every term takes the latency model that the simulator and
@@ -48,7 +48,7 @@ def resume_cost(policy: ContextPolicy, ctx_len: int, latency: LatencyModel) -> f
 
 def scheduling_value(waited_s: float, beta: float) -> float:
     """V = 1 + beta * w: w in milliseconds since the request was last scheduled, beta
-    per millisecond (PAPER.md's DECISION)."""
+    per millisecond (docs/paper.md's DECISION)."""
     return 1.0 + beta * 1000.0 * waited_s
 
 

@@ -9,7 +9,7 @@ INFERCEPT's replanner. It answers the queries executors and faces may ask
 (`num_live`, `stats()`, `token_budget()`, ...) and keeps the bookkeeping every
 transition shares: entering and leaving the runnable set, applying a
 prediction, finishing a request, handing out the pending `SchedulerUpdate`.
-The transitions themselves (the contract of DESIGN.md) are `Scheduler`'s.
+The transitions themselves (the contract of docs/design.md) are `Scheduler`'s.
 """
 
 from __future__ import annotations
@@ -81,6 +81,15 @@ class SchedulerState:
         self._last_budget = config.max_batch_tokens
         self.iteration = 0
         self.capacity_tokens = config.num_device_blocks * config.block_size
+
+    def latency_changed(self) -> None:
+        """The latency model's numbers changed (the server's start-up fit switched it):
+        refresh what was derived from them, the policy's decode iteration time and the
+        swap budget when the config did not fix it."""
+        self.policy.tau_iter = self.latency.decode_iter_time()
+        if self.config.swap_budget_blocks is None:
+            per_iter = self.latency.swap_tokens_per_iter() // self.config.block_size
+            self.memory.kv.swap_budget_blocks = max(1, per_iter)
 
     # --- queries -------------------------------------------------------------------
     @property

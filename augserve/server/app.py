@@ -4,9 +4,10 @@ the tools (MCP servers) at start-up and drains and stops the engine at shutdown.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,6 +23,7 @@ from augserve.server.protocol import ChatCompletionRequest, CompletionRequest
 from augserve.server.responses_input import ResponsesRequest
 from augserve.server.state import ServerState
 from augserve.server.strict_json import StrictJSONRoute
+from augserve.server.tenancy import api_keys
 
 log = logging.getLogger("augserve.server")
 
@@ -58,7 +60,10 @@ async def drain(state: ServerState, grace: float) -> None:
         await asyncio.sleep(0.02)
 
 
-def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
+def create_app(state: ServerState, api_key: str | Sequence[str] | None = None) -> FastAPI:
+    """The app; with `api_key` (one key or several: tenants) every endpoint but the
+    open ones needs one of them (`server/tenancy.py`)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.registry.start()
@@ -68,6 +73,7 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
             start()
         names = sorted(state.registry.tools)
         log.info("serving %s; server-side tools: %s", list(state.model_names), names or "none")
+        gc.freeze()  # the start-up heap (model, tokenizer): full collections skip it
         try:
             yield
         finally:
@@ -119,6 +125,7 @@ def create_app(state: ServerState, api_key: str | None = None) -> FastAPI:
         read_timeout=limits.read_timeout,
         write_timeout=limits.write_timeout,
     )
-    if api_key:
-        app.add_middleware(APIKeyMiddleware, api_key=api_key)
+    keys = api_keys(api_key)
+    if keys:
+        app.add_middleware(APIKeyMiddleware, api_keys=keys)
     return app

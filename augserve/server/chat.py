@@ -21,11 +21,13 @@ from augserve.server.generation import (
     unless_disconnected,
     with_session_header,
 )
+from augserve.server.input_limits import check_response_format, check_tools
 from augserve.server.logprobs import chat_logprobs
 from augserve.server.protocol import ChatCompletionRequest
 from augserve.server.request_tools import RequestTools, trace_items
 from augserve.server.state import ServerState, sampling_params
 from augserve.server.streaming import SSEResponse, sse, usage
+from augserve.server.tenancy import with_tenant
 
 
 def _render(state: ServerState, req: ChatCompletionRequest, tools: RequestTools) -> str:
@@ -42,16 +44,21 @@ def _render(state: ServerState, req: ChatCompletionRequest, tools: RequestTools)
 
 
 def prepare(state: ServerState, req: ChatCompletionRequest) -> tuple[list[int], list[Choice]]:
+    """The prompt and choices of a chat request, cheapest checks first: sizes and
+    counts, then the template and the context length, then the grammars. On a
+    preparation thread (`server/preparation.py`), never on the event loop."""
     state.check_accepting()
     state.check_model(req.model)
     state.check_n(req.n)
+    check_tools(req.tools, state.limits.prep)
+    check_response_format(req.response_format, state.limits.prep)
     tools = RequestTools(req, state.registry, state.parser_name)
-    if tools.grammar is not None:
-        state.check_grammar(tools.grammar, "tool_choice")
-    grammar = state.grammar_for(req.response_format)
     text = _render(state, req, tools)
     prompt = state.encode_prompt(text, special=False, param="messages")
     max_tokens = state.max_tokens_for(req.token_limit, len(prompt), None)
+    if tools.grammar is not None:
+        tools.grammar = state.check_grammar(tools.grammar, "tool_choice")
+    grammar = state.grammar_for(req.response_format)
     stop_strings, stop_ids = state.end_markers()
     vocab = state.vocab_size
     choices = []
@@ -61,7 +68,9 @@ def prepare(state: ServerState, req: ChatCompletionRequest) -> tuple[list[int], 
         stops = params.stop
         cs = ChoiceState(i, session.parser if session else None, executor, stops)
         cs.forced = tools.grammar is not None
-        choices.append(Choice(cs, params, session, session_id=req.session_id))
+        choices.append(
+            Choice(cs, params, session, session_id=req.session_id, cache_salt=req.cache_salt)
+        )
     return prompt, choices
 
 
@@ -82,8 +91,8 @@ async def _collect(state: ServerState, prompt: list[int], choices: list[Choice],
 
 
 async def chat_completion(state: ServerState, req: ChatCompletionRequest, http: Request) -> Any:
-    req = with_session_header(req, http)
-    prompt, choices = prepare(state, req)
+    req = with_tenant(with_session_header(req, http), http)
+    prompt, choices = await state.preparer.run(prepare, state, req)
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     if req.stream:

@@ -25,11 +25,13 @@ from augserve.server.generation import (
     unless_disconnected,
     with_session_header,
 )
+from augserve.server.input_limits import check_response_format
 from augserve.server.logprobs import completion_logprobs
 from augserve.server.protocol import CompletionRequest
 from augserve.server.scripted import check_plan_fits, scripted_plan
 from augserve.server.state import ServerState, logprobs_k, sampling_params
 from augserve.server.streaming import SSEResponse, sse, usage
+from augserve.server.tenancy import with_tenant
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 
@@ -37,7 +39,8 @@ DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 def prepare(
     state: ServerState, req: CompletionRequest
 ) -> list[tuple[list[int], str, list[Choice]]]:
-    """(prompt ids, echo text, choices) per prompt."""
+    """(prompt ids, echo text, choices) per prompt, cheapest checks first. On a
+    preparation thread (`server/preparation.py`), never on the event loop."""
     state.check_accepting()
     state.check_model(req.model)
     if req.suffix:
@@ -46,28 +49,38 @@ def prepare(
     state.check_n(req.n)
     if len(prompts) * req.n > state.limits.max_n * 4:
         raise APIError(400, f"too many choices: {len(prompts)} prompts x n={req.n}", param="n")
+    check_response_format(req.response_format, state.limits.prep)
     plan = scripted_plan(state, req)
-    grammar = state.grammar_for(req.response_format)
-    if plan is not None and grammar is not None:
+    fmt = req.response_format
+    if plan is not None and fmt is not None and fmt.type != "text":
         raise APIError(
             400, "response_format does not apply to scripted plans", param="response_format"
         )
+    encoded = [state.encode_prompt(p, special=True) for p in prompts]
+    if plan is not None:
+        for ids in encoded:
+            check_plan_fits(state, len(ids), plan)
+    else:  # the context lengths before any grammar compiles
+        limits = [
+            state.max_tokens_for(req.max_tokens, len(ids), DEFAULT_MAX_TOKENS) for ids in encoded
+        ]
+    grammar = state.grammar_for(req.response_format)
     vocab = state.vocab_size
     out = []
-    for k, p in enumerate(prompts):
-        ids = state.encode_prompt(p, special=True)
+    for k, (p, ids) in enumerate(zip(prompts, encoded, strict=True)):
         if plan is not None:
-            check_plan_fits(state, len(ids), plan)
             params = sampling_params(req, sum(s.output_len for s in plan), 0)
             params = replace(params, ignore_eos=True)
-            choices = [Choice(ChoiceState(0, scripted=True), params, segments=plan)]
+            cs = ChoiceState(0, scripted=True)
+            choices = [Choice(cs, params, segments=plan, cache_salt=req.cache_salt)]
         else:
-            max_tokens = state.max_tokens_for(req.max_tokens, len(ids), DEFAULT_MAX_TOKENS)
+            max_tokens = limits[k]
             choices = [
                 Choice(
                     ChoiceState(k * req.n + i, stops=tuple(req.stop_list())),
                     sampling_params(req, max_tokens, i, vocab_size=vocab, grammar=grammar),
                     session_id=req.session_id,
+                    cache_salt=req.cache_salt,
                 )
                 for i in range(req.n)
             ]
@@ -94,8 +107,8 @@ async def _run_all(state: ServerState, batches: list[Any], cid: str, sink: Any) 
 
 
 async def completion(state: ServerState, req: CompletionRequest, http: Request) -> Any:
-    req = with_session_header(req, http)
-    batches = prepare(state, req)
+    req = with_tenant(with_session_header(req, http), http)
+    batches = await state.preparer.run(prepare, state, req)
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     if req.stream:

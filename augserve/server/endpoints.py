@@ -4,7 +4,8 @@
 `/tokenize` takes a `prompt` (the completions endpoint's tokens: special tokens
 added unless `add_special_tokens: false`) or `messages` (the chat endpoint's
 prompt: the chat template with the request's tools, no special tokens added), and
-answers `{"count", "max_model_len", "tokens", "token_strs"}`."""
+answers `{"count", "max_model_len", "tokens", "token_strs"}`. Both run on a
+preparation thread (`server/preparation.py`), with the chat endpoint's limits."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pydantic import Field
 from augserve import __version__
 from augserve.server.errors import APIError
 from augserve.server.health import health
+from augserve.server.input_limits import check_tools
 from augserve.server.protocol import ChatCompletionRequest, Message, ServerTools, ToolDef, _Model
 from augserve.server.request_tools import RequestTools
 from augserve.server.state import ServerState
@@ -53,6 +55,7 @@ def model_card(state: ServerState, name: str) -> dict[str, Any]:
 
 def _chat_prompt(state: ServerState, req: TokenizeRequest) -> str:
     assert req.messages is not None
+    check_tools(req.tools, state.limits.prep)
     chat = ChatCompletionRequest(
         model=req.model or "", messages=req.messages, tools=req.tools, server_tools=req.server_tools
     )
@@ -74,10 +77,13 @@ def tokenize(state: ServerState, req: TokenizeRequest) -> dict[str, Any]:
         raise APIError(400, "give exactly one of 'prompt' and 'messages'", param="prompt")
     if req.prompt is not None:
         special = True if req.add_special_tokens is None else req.add_special_tokens
+        state.check_text_fits(req.prompt, "prompt")
         ids = state.tokenizer.encode(req.prompt, add_special_tokens=special) if req.prompt else []
     else:
         special = bool(req.add_special_tokens)
-        ids = state.tokenizer.encode(_chat_prompt(state, req), add_special_tokens=special)
+        text = _chat_prompt(state, req)
+        state.check_text_fits(text, "messages")
+        ids = state.tokenizer.encode(text, add_special_tokens=special)
     strs = None
     if req.return_token_strs:
         strs = [state.tokenizer.decode([t]) for t in ids]
@@ -111,11 +117,11 @@ def make_router(state: ServerState, errors: dict[int | str, dict[str, Any]]) -> 
 
     @router.post("/tokenize", responses=errors)
     async def tokenize_route(body: TokenizeRequest) -> JSONResponse:
-        return JSONResponse(tokenize(state, body))
+        return JSONResponse(await state.preparer.run(tokenize, state, body))
 
     @router.post("/detokenize", responses=errors)
     async def detokenize_route(body: DetokenizeRequest) -> JSONResponse:
-        return JSONResponse(detokenize(state, body))
+        return JSONResponse(await state.preparer.run(detokenize, state, body))
 
     @router.get("/version")
     async def version() -> JSONResponse:

@@ -108,7 +108,8 @@ def install_error_handlers(app: FastAPI) -> None:
         msg = str(exc.detail) if exc.detail else "error"
         if exc.status_code == 404:
             msg = f"no route {request.method} {request.url.path}"
-        resp = error_response(APIError(exc.status_code, msg))
+        param, code = getattr(exc, "param", None), getattr(exc, "code", None)
+        resp = error_response(APIError(exc.status_code, msg, param, code))
         for k, v in (exc.headers or {}).items():
             resp.headers[k] = v
         return resp

@@ -115,6 +115,7 @@ class Choice:
     session: ToolSession | None = None
     segments: list[Segment] | None = None  # a scripted tool plan
     session_id: str | None = None  # the client's session id (`sched/sessions.py`)
+    cache_salt: str | None = None  # its tenant's salt (`server/tenancy.py`)
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ async def run_choice(
         segments=choice.segments,
         tools=choice.session,
         session_id=choice.session_id,
+        cache_salt=choice.cache_salt,
     )
     try:
         async with aclosing(gen):

@@ -23,8 +23,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +32,13 @@ import uvicorn
 
 from augserve.core.metrics import SLOConfig
 from augserve.engine.chat import CHATML_TEMPLATE, ChatTemplate
-from augserve.engine.tool_parsers import TOOL_PARSERS, detect_tool_parser
+from augserve.engine.tool_parsers import PARSER_CHOICES, detect_tool_parser
 from augserve.server.app import create_app, drain
 from augserve.server.health import HealthCollector
 from augserve.server.metrics import ServerMetrics
 from augserve.server.middleware import timed_protocol
 from augserve.server.predictions import apply_tool_priors
+from augserve.server.preparation import PrepCollector
 from augserve.server.state import ServerLimits, ServerState
 from augserve.server.tool_checks import check_commands
 from augserve.server.tool_config import ToolsConfig
@@ -66,7 +67,7 @@ class ServeOptions:
     served_model_names: tuple[str, ...]
     tools_file: str | None = None
     chat_template: str | None = None  # a template file overriding the model's
-    tool_call_parser: str | None = None  # None: from the template
+    tool_call_parser: str | None = None  # None or "auto": from the template's markers
     limits: ServerLimits = ServerLimits()
     slo: SLOConfig = SLOConfig(norm_latency_slo=0.1, ttft_slo=1.0)
     allow_scripted_tools: bool = False  # accept scripted tool plans (server/scripted.py)
@@ -81,9 +82,9 @@ class ServeOptions:
             )
         if not self.served_model_names or not all(self.served_model_names):
             raise ValueError("served_model_names must hold at least one non-empty name")
-        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_PARSERS:
+        if self.tool_call_parser is not None and self.tool_call_parser not in PARSER_CHOICES:
             raise ValueError(
-                f"tool_call_parser must be one of {sorted(TOOL_PARSERS)}, "
+                f"tool_call_parser must be one of {list(PARSER_CHOICES)}, "
                 f"got {self.tool_call_parser!r}"
             )
 
@@ -112,11 +113,22 @@ def build_state(
     """Everything but the engine itself, which the caller builds (`build_engine`), and
     the tools, which it may have loaded first (`load_tools`)."""
     template = load_template(model_dir, opts.chat_template)
-    parser = opts.tool_call_parser or detect_tool_parser(template.source)
+    parser = opts.tool_call_parser
+    if parser is None or parser == "auto":
+        parser = detect_tool_parser(template.source)
+        log.info("tool call parser: %s (from the chat template's markers)", parser)
+    template = replace(template, tool_format=parser)
+    if not template.renders_tools:
+        log.warning(
+            "the chat template renders no tools: requests with tools get augserve's generic "
+            "tools prompt (each tool's name, description and schema, %s call format)",
+            parser,
+        )
     if registry is None:
         registry = load_tools(opts.tools_file, opts.offer_server_tools)
     engine = aengine.engine
     apply_tool_priors(engine.predictor, registry.config)
+    engine.grammar_cache_bytes = opts.limits.prep.grammar_cache_bytes
     metrics = ServerMetrics(
         aengine.stats,
         opts.slo,
@@ -134,6 +146,7 @@ def build_state(
         allow_scripted=opts.allow_scripted_tools,
     )
     metrics.registry.register(HealthCollector(state))
+    metrics.registry.register(PrepCollector(state.preparer, engine))
     return state
 
 
@@ -199,7 +212,11 @@ def _config(app: Any, host: str, port: int, log_level: str, state: ServerState) 
 
 
 def serve_forever(
-    state: ServerState, host: str, port: int, api_key: str | None, log_level: str = "info"
+    state: ServerState,
+    host: str,
+    port: int,
+    api_key: str | Sequence[str] | None,
+    log_level: str = "info",
 ) -> int:
     app = create_app(state, api_key)
     server = GracefulServer(_config(app, host, port, log_level, state), state)
@@ -213,7 +230,7 @@ class BackgroundServer:
     def __init__(
         self,
         state: ServerState,
-        api_key: str | None = None,
+        api_key: str | Sequence[str] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         log_level: str = "warning",

@@ -8,6 +8,12 @@ finds the connection closed, or a failed probe (`list_tools` every
 backoff (0.5 s doubling to 30 s) and refreshes the tool list. While a server is
 down its tools answer the model at once with an error naming the server.
 
+A failed call answers the model with the MCP server's own error text (at most
+`ERROR_CHARS`), and logs one line. For a tool that crashed, the MCP SDK sends only
+"Error executing tool X" and prints the traceback on the server's stderr; for a
+stdio server augserve folds that traceback into one line and adds its exception
+to the text the model gets (`mcp_stdio.TracebackFolder`).
+
 The connection is entered and left inside the supervising task, as anyio
 requires. The first connection happens in `start()`: a server that cannot be
 reached at start-up is a configuration error and stops the server.
@@ -33,6 +39,7 @@ log = logging.getLogger("augserve.server")
 BACKOFF_MIN = 0.5  # seconds before the first reconnect; doubled after each failed one
 BACKOFF_MAX = 30.0
 PROBE_INTERVAL = 10.0  # seconds between liveness probes of an idle connection
+ERROR_CHARS = 2000  # at most this much of a failed call's error text reaches the model
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,7 @@ class McpServer:
         self.connects = 0  # successful connections (1 + reconnections)
         self.last_error: str | None = None
         self._client: Any = None
+        self._stderr: StderrTail | None = None  # a stdio child's stderr (its tracebacks)
         self._broken = asyncio.Event()
         self._stop = asyncio.Event()
         self._first: asyncio.Future[None] | None = None
@@ -138,19 +146,43 @@ class McpServer:
         if client is None or self.state != "up":
             why = f" ({self.last_error})" if self.last_error else ""
             raise ToolFailed(f"the MCP server {self.name!r} is down{why}; it is reconnecting")
+        seen = self._stderr.folder.count if self._stderr is not None else 0
         try:
             result = await client.call_tool(remote, arguments)
         except Exception as exc:
             if not _closed(exc):
-                raise ToolFailed(str(exc)) from None
+                raise self._failed(remote, str(exc)) from None
             self._mark_down(f"{type(exc).__name__}: {exc}")
-            raise ToolFailed(
-                f"the MCP server {self.name!r} went away ({exc}); reconnecting"
+            raise self._failed(
+                remote, f"the MCP server {self.name!r} went away ({exc}); reconnecting"
             ) from None
         text = _content_text(result)
         if getattr(result, "is_error", False):
-            raise ToolFailed(text or "the MCP tool reported an error")
+            text = text or "the MCP tool reported an error"
+            if text.strip() == f"Error executing tool {remote}":  # the SDK hid the cause
+                text += await self._logged_cause(seen)
+            raise self._failed(remote, text)
         return text
+
+    def _failed(self, remote: str, text: str) -> ToolFailed:
+        """The error the model gets (at most ERROR_CHARS), logged in one line."""
+        if len(text) > ERROR_CHARS:
+            text = text[:ERROR_CHARS] + f"... ({len(text) - ERROR_CHARS} more characters)"
+        log.warning("MCP tool %r of %r failed: %s", remote, self.name, " ".join(text.split()))
+        return ToolFailed(text)
+
+    async def _logged_cause(self, seen: int, wait: float = 1.0) -> str:
+        """': <exception>' from the traceback the server printed for this call (its
+        stderr; a crash's text never reaches the client), or '' if none came."""
+        tail = self._stderr
+        if tail is None:
+            return ""
+        for _ in range(int(wait / 0.02)):  # the traceback comes through another pipe
+            if tail.folder.count > seen:
+                new = tail.folder.count - seen
+                return ": " + list(tail.folder.errors)[-min(new, len(tail.folder.errors))]
+            await asyncio.sleep(0.02)
+        return ""
 
     def _mark_down(self, why: str) -> None:
         if self.state == "up":
@@ -163,6 +195,7 @@ class McpServer:
         delay = BACKOFF_MIN
         while not self._stop.is_set():
             stderr = StderrTail(self.name) if self.spec.url is None else None
+            self._stderr = stderr
             try:
                 async with _client(self.spec, stderr and stderr.file) as client:
                     if stderr is not None:

@@ -6,11 +6,12 @@ the token budget). Finished requests feed the TTFT and normalized-latency
 histograms and the finished / SLO-met counters (definitions: `augserve.core.metrics`);
 tool calls feed the per-tool counters and duration histogram; the predictor's
 per-tool call-time prediction and the latency model's source come from
-`predictions.PredictionCollector`.
+`predictions.PredictionCollector`; the process's resident memory from /proc/self/statm.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,6 +28,26 @@ TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60
 NORM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 TOOL_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 POLICIES = ("preserve", "swap", "discard")
+
+
+def resident_memory_bytes() -> int:
+    """This process's resident set size (Linux /proc/self/statm; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class _MemoryCollector:
+    """`augserve_resident_memory_bytes`: the server process's RSS (weights, KV, runtime)."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "augserve_resident_memory_bytes",
+            "Resident memory of the server process (model weights, KV cache, runtime)",
+            value=resident_memory_bytes(),
+        )
 
 
 class _EngineCollector:
@@ -127,6 +148,7 @@ class ServerMetrics:
         self.slo = slo
         self.registry = CollectorRegistry()
         self.registry.register(_EngineCollector(stats))
+        self.registry.register(_MemoryCollector())
         self.registry.register(PredictionCollector(predictor, latency_source))
         r = self.registry
         self.ttft = Histogram(

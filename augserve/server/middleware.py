@@ -1,19 +1,21 @@
-"""ASGI middleware: the API key (Bearer) on /v1, the request-body size limit and the
-body read and response write timeouts; `TimedH11Protocol`, a read timeout on the
-request head (uvicorn has none), for clients too slow to be served."""
+"""ASGI middleware: the API keys (Bearer) on all but the open endpoints, the
+request-body size limit and the body read and response write timeouts;
+`TimedH11Protocol`, a read timeout on the request head (uvicorn has none), for
+clients too slow to be served."""
 
 from __future__ import annotations
 
 import asyncio
-import hmac
+import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from augserve.server.errors import error_body
+from augserve.server.tenancy import OPEN_PATHS, TENANT, tenant_of_key
 
 log = logging.getLogger("augserve.server")
 
@@ -39,21 +41,24 @@ async def send_error(
 
 
 class APIKeyMiddleware:
-    """Requests under /v1 must carry `Authorization: Bearer <key>` (401 otherwise).
-    /health and /metrics stay open, as in vLLM."""
+    """Every request but those to `OPEN_PATHS` (/health, /ping, /metrics, /version, as
+    vLLM keeps them open) must carry `Authorization: Bearer <key>` with one of the
+    keys (401 otherwise); the key's tenant goes into the scope (`server/tenancy.py`).
+    Keys are compared by their SHA-256 digests, so no comparison reveals a prefix."""
 
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
+    def __init__(self, app: ASGIApp, api_keys: Sequence[str]) -> None:
         self.app = app
-        self.key = api_key.encode()
+        self.tenants = {_digest(k.encode()): tenant_of_key(k) for k in api_keys}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1"):
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             return await self.app(scope, receive, send)
         if scope.get("method") == "OPTIONS":
             return await self.app(scope, receive, send)
         auth = dict(scope.get("headers") or []).get(b"authorization", b"")
         scheme, _, token = auth.partition(b" ")
-        if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
+        tenant = self.tenants.get(_digest(token.strip())) if scheme.lower() == b"bearer" else None
+        if tenant is None:
             msg = "missing API key" if not auth else "invalid API key"
             await send_error(
                 send,
@@ -63,7 +68,12 @@ class APIKeyMiddleware:
                 code="invalid_api_key",
             )
             return None
+        scope[TENANT] = tenant
         return await self.app(scope, receive, send)
+
+
+def _digest(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest()
 
 
 class BodyLimitMiddleware:

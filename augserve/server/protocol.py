@@ -130,6 +130,9 @@ class _SamplingFields(_Model):
     # the client's agent session (`extra_body={"session_id": ...}` or the X-Session-Id
     # header): a paused session of that id continues (docs/server.md, sessions)
     session_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    # vLLM's: a request's own prefix-cache scope, on top of its API key's
+    # (`server/tenancy.py`); requests share cached prefixes only with the same salt
+    cache_salt: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
     frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
     logprobs: bool | int | None = None

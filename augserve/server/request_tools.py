@@ -167,7 +167,7 @@ class RequestTools:
                 "tools, or ask for the server's with server_tools)",
                 param="tool_choice",
             )
-        self.parallel = req.parallel_tool_calls is True  # unset: the first client call ends it
+        self.parallel = req.parallel_tool_calls is not False  # unset: true, as OpenAI
         self.grammar = self._forced_grammar(choice) if self.enabled else None
 
     def _forced_grammar(self, choice: object) -> GrammarSpec | None:

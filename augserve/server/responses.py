@@ -26,6 +26,7 @@ from augserve.server.generation import ChoiceState, ClientGone, merge_choices, u
 from augserve.server.responses_input import ResponsesRequest, chat_request
 from augserve.server.state import ServerState
 from augserve.server.streaming import SSEResponse
+from augserve.server.tenancy import with_tenant
 
 
 class Draft:
@@ -119,9 +120,13 @@ def _final(draft: Draft, cs: ChoiceState, prompt_len: int) -> dict[str, Any]:
     return draft.body(status, output, usage=usage, **extra)
 
 
+def _prepare(state: ServerState, req: ResponsesRequest) -> tuple[list[int], list[Any]]:
+    return chat.prepare(state, chat_request(req))
+
+
 async def create_response(state: ServerState, req: ResponsesRequest, http: Request) -> Any:
-    creq = chat_request(req)
-    prompt, choices = chat.prepare(state, creq)
+    req = with_tenant(req, http)
+    prompt, choices = await state.preparer.run(_prepare, state, req)
     draft = Draft(req)
     if req.stream:
         return SSEResponse(_stream(state, draft, prompt, choices))

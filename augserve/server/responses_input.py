@@ -43,6 +43,7 @@ class ResponsesRequest(_Model):
     user: str | None = None
     include: list[str] | None = None
     seed: int | None = None  # augserve's extension (as on chat), e.g. via extra_body
+    cache_salt: Annotated[str, Field(min_length=1, max_length=256)] | None = None  # as chat's
     server_tools: ServerTools = None  # augserve's extension (as on chat)
 
 
@@ -162,6 +163,7 @@ def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
         "parallel_tool_calls": req.parallel_tool_calls,
         "user": req.user,
         "seed": req.seed,
+        "cache_salt": req.cache_salt,
         "server_tools": req.server_tools,
     }
     fmt = (req.text or {}).get("format")

@@ -13,7 +13,9 @@ from typing import Any
 from augserve.engine.chat import ChatTemplate
 from augserve.engine.sampling_params import GrammarSpec, SamplingParams
 from augserve.server.errors import APIError
+from augserve.server.input_limits import PrepLimits, check_text_fits
 from augserve.server.metrics import ServerMetrics
+from augserve.server.preparation import Preparer
 from augserve.server.protocol import MAX_LOGPROBS, ResponseFormat, _SamplingFields
 from augserve.server.tool_registry import ToolRegistry
 
@@ -29,6 +31,7 @@ class ServerLimits:
     read_timeout: float = 30.0  # seconds for a request head, and for each part of a body
     write_timeout: float = 60.0  # seconds a response part may wait on a client not reading
     idle_timeout: float = 5.0  # seconds a keep-alive connection may idle between requests
+    prep: PrepLimits = PrepLimits()  # request preparation: pools, schema and tool limits
 
     def __post_init__(self) -> None:
         for name in ("read_timeout", "write_timeout", "idle_timeout"):
@@ -58,6 +61,10 @@ class ServerState:
     allow_scripted: bool = False  # accept `augserve_segments` plans (benchmarks)
     # request id in the engine -> a function that ends its choice at once (shutdown)
     live: dict[str, Callable[[], None]] = field(default_factory=dict)
+    preparer: Preparer = field(init=False)  # request preparation off the loop
+
+    def __post_init__(self) -> None:
+        self.preparer = Preparer(self.limits.prep)
 
     @property
     def tokenizer(self) -> Any:
@@ -113,7 +120,7 @@ class ServerState:
         return min(x for x in (room, cap, default) if x is not None)
 
     def grammar_for(self, fmt: ResponseFormat | None) -> GrammarSpec | None:
-        """response_format as a compiled-once grammar; 400 naming it if it cannot compile."""
+        """response_format as a compiled grammar (`check_grammar`)."""
         if fmt is None or fmt.type == "text":
             return None
         if fmt.type == "json_object":
@@ -125,17 +132,18 @@ class ServerState:
             if schema is None:
                 raise APIError(400, "response_format json_schema needs a schema", param=where)
             spec = GrammarSpec("json_schema", json.dumps(schema))
-        self.check_grammar(spec, where)
-        return spec
+        return self.check_grammar(spec, where)
 
-    def check_grammar(self, spec: GrammarSpec, where: str) -> None:
-        from augserve.engine.grammar import GrammarError
+    def check_grammar(self, spec: GrammarSpec, where: str) -> GrammarSpec:
+        """`spec` compiled (cached, within the time budget: `Preparer.compile`); 400
+        naming `where` if it cannot compile. On a preparation thread."""
+        return self.preparer.compile(self.engine.engine.grammars, spec, where)
 
-        try:
-            self.engine.engine.grammars.compile(spec)
-        except GrammarError as exc:
-            msg = f"{where}: cannot constrain decoding to it: {exc}"
-            raise APIError(400, msg, param=where) from None
+    def check_text_fits(self, text: str, param: str) -> None:
+        """400 for a text that cannot fit the context, before tokenizing it."""
+        per_token = getattr(self.tokenizer, "max_token_bytes", None)
+        if isinstance(per_token, int):
+            check_text_fits(text, per_token, self.max_model_len, param)
 
     def check_n(self, n: int) -> None:
         if n > self.limits.max_n:
@@ -165,6 +173,7 @@ class ServerState:
                     f"the text is not valid Unicode ({exc.reason} at character {exc.start})",
                     param=param,
                 ) from None
+            self.check_text_fits(prompt, param)
             ids = self.tokenizer.encode(prompt, add_special_tokens=special)
         else:
             ids = list(prompt)

@@ -1,4 +1,4 @@
-"""Discrete-event simulator: the real `Scheduler` on a virtual clock (DESIGN.md, executors).
+"""Discrete-event simulator: the real `Scheduler` on a virtual clock (docs/design.md, executors).
 
 Events are arrivals, call returns and iteration ends. The loop:
 

@@ -1,4 +1,4 @@
-"""Loader for INFERCEPT's augmented-LLM trace (PAPER.md section 1).
+"""Loader for INFERCEPT's augmented-LLM trace (docs/paper.md section 1).
 
 The file is a JSON object `request_key -> [segment, ...]`. Each segment is
 either the token variant `{prompt_tokens, completion_tokens, api_time?,

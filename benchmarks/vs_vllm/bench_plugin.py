@@ -9,8 +9,10 @@ prefix caching, fp32, eager, `--max-model-len 2048`, and replays the same
 workload at each rate on both, alternating which goes first; only one server is
 busy at a time. The SLO is absolute, from vLLM's own batch-1 decode time measured
 here first, and so is our scheduler's latency profile (decode and prefill times
-of the default server). Servers are stopped by process id and their ports freed,
-also on Ctrl-C; every wait is bounded.
+of the default server). With `--predictor online` (the default) the client sends
+no plan: only the OpenAI fields and `session_id`, as a real client does; with
+`oracle` or `noisy:P` each turn carries its plan (`augserve_plan`). Servers are
+stopped by process id and their ports freed, also on Ctrl-C; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -44,9 +46,13 @@ from tool_workload import (  # noqa: E402
     summarize,
 )
 
+from augserve.bench.report import git_commit  # noqa: E402
 from augserve.core.metrics import request_metrics  # noqa: E402
 
-VLLM_PY = HERE / ".venv-vllm" / "bin" / "python"
+VLLM_PY = Path(  # $VLLM_PYTHON, else $VLLM_VENV/bin/python, else setup_env.sh's default venv
+    os.environ.get("VLLM_PYTHON")
+    or Path(os.environ.get("VLLM_VENV", HERE / ".venv-vllm")) / "bin" / "python"
+)
 PLUGIN = "augserve.integrations.vllm.AugServeScheduler"
 CPU_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "2",
@@ -91,6 +97,14 @@ async def prefill_time(base_url: str, tokens: int) -> float:
     return best
 
 
+def vllm_version() -> str:
+    import subprocess
+
+    code = "import vllm; print(vllm.__version__)"
+    out = subprocess.run([str(VLLM_PY), "-c", code], capture_output=True, text=True, timeout=300)
+    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "unknown"
+
+
 def cpu_profile(model: str, iteration: float, prefill: float, n: int, path: Path) -> Path:
     """A latency profile of vLLM on this CPU: c0 = the decode iteration, c_prefill from
     an `n`-token prefill; KV bytes from the model's config (fp32)."""
@@ -112,7 +126,13 @@ def cpu_profile(model: str, iteration: float, prefill: float, n: int, path: Path
 
 def run_point(srv: ManagedServer, workload: list[Any], args: argparse.Namespace) -> Replay:
     deadline = args.duration + args.drain
+    if args.predictor == "online":  # nothing but the OpenAI fields and session_id
+        return asyncio.run(replay(srv.base_url, "m", workload, deadline, no_plan))
     return asyncio.run(replay(srv.base_url, "m", workload, deadline))
+
+
+def no_plan(req: Any, k: int) -> dict[str, Any]:
+    return {}
 
 
 def point_row(
@@ -176,7 +196,9 @@ def main() -> None:
     p.add_argument("--length-scale", type=float, default=0.25)
     p.add_argument("--time-scale", type=float, default=0.1)
     p.add_argument("--ttft-iterations", type=float, default=40.0)
-    p.add_argument("--predictor", default="oracle")
+    p.add_argument(
+        "--predictor", default="online", help="the plugin's; online sends no plan (default)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reps", type=int, default=2, help="sweeps, alternating the order")
     p.add_argument(
@@ -235,12 +257,16 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
     result = {
         "command": " ".join([sys.executable, *sys.argv]),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "load_avg_start": os.getloadavg(),
         "cpu": cpu_flags(),
         "iteration_s": iteration,
         "prefill_256_s": prefill,
         "slo": {"ttft_s": slo.ttft_slo, "norm_latency_s_per_token": slo.norm_latency_slo},
         "scale": vars(scale),
         "plugin": plugin_cfg,
+        "client_sends_plan": args.predictor != "online",
+        "vllm": vllm_version(),
         "servers": {name: " ".join(srv.argv[1:]) for name, srv in named.items()},
         "cpu_env": {k: os.environ.get(k, v) for k, v in CPU_ENV.items()},
         "rows": rows,

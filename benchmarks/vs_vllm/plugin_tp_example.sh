@@ -9,10 +9,10 @@
 #   head node:    MODEL=meta-llama/Llama-3.1-70B-Instruct bash plugin_tp_example.sh
 set -euo pipefail
 MODEL="${MODEL:?set MODEL to a model id or directory}"
-PREDICTOR="${PREDICTOR:-oracle}"      # or learned:DIR (`augserve predictor train`)
+PREDICTOR="${PREDICTOR:-online}"      # the default; or learned:DIR (`augserve predictor train`)
 PROFILE="${PROFILE:-llama3-70b-4xa100}"  # or a JSON profile fitted on your hardware
 
-# pip install "vllm==0.32.0" "augserve[predictor]"   (vLLM's CUDA build; augserve adds no GPU code)
+# pip install "vllm==0.33.0" "augserve[predictor]"   (vLLM's CUDA build; augserve adds no GPU code)
 exec vllm serve "$MODEL" \
   --tensor-parallel-size 4 --pipeline-parallel-size 2 \
   --distributed-executor-backend ray \

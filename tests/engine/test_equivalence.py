@@ -1,4 +1,4 @@
-"""The simulator decides exactly as the engine does (DESIGN.md: one scheduler, two executors).
+"""The simulator decides exactly as the engine does (docs/design.md: one scheduler, two executors).
 
 The same small trace runs twice per policy: in the simulator, and on the real
 engine (a tiny model) driven on a virtual clock with the same latency profile.

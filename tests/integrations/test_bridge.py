@@ -14,7 +14,9 @@ FACTS = EngineFacts(block_size=16, num_blocks=1000, max_batch_tokens=512, max_nu
 
 
 def bridge(**options: object) -> PolicyBridge:
-    return PolicyBridge(PluginOptions(**options), FACTS)  # type: ignore[arg-type]
+    """A bridge whose predictor reads the plans these tests send (the plugin's default,
+    `online`, is tested in test_bridge_online.py)."""
+    return PolicyBridge(PluginOptions(**{"predictor": "oracle", **options}), FACTS)  # type: ignore[arg-type]
 
 
 def plan(*rows: tuple[int, float | None, int]) -> list[Segment]:
@@ -91,12 +93,12 @@ def test_a_turn_that_is_not_a_continuation_is_a_new_request() -> None:
 def test_streaming_sessions_plan_preserve_and_resume_in_place() -> None:
     b = bridge()
     p = plan((10, 4.0, 5), (10, None, 0))
-    b.arrive("keep", 300, 0.0, p, resumable=True)
+    b.arrive("keep", 300, 0.0, p, resumable=True, hold=ContextPolicy.PRESERVE)
     b.arrive("drop", 300, 0.0, p, session="x")
     keep, drop = b.cost("keep"), b.cost("drop")
     assert keep is not None and drop is not None and keep > drop  # Preserve holds KV in the call
     b.sync("keep", 310, 309, 10, running=True)
-    b.stream_paused("keep", 1.0)
+    assert b.stream_paused("keep", 1.0, 309) is ContextPolicy.PRESERVE
     assert b.mirror("keep").in_call  # type: ignore[union-attr]
     b.resume_stream("keep", 314, 309, 5.0)
     m = b.mirror("keep")
@@ -135,3 +137,26 @@ def test_noisy_predictor_changes_costs_not_the_plan() -> None:
     m = noisy.mirror("r")
     assert m is not None and m.pred_output_len in (50.0, 150.0)
     assert noisy.cost("r") != exact.cost("r")
+
+
+def test_a_streaming_pause_takes_the_policys_min_waste_choice() -> None:
+    """Unforced, a pause is Preserve for a short predicted call and Discard for a long
+    one (INFERCEPT's waste on this profile); a Discard pause resumes as a Discard return."""
+    b = bridge()
+    chosen = {}
+    for rid, call in (("short", 1e-4), ("long", 30.0)):
+        b.arrive(rid, 300, 0.0, plan((10, call, 5), (10, None, 0)), resumable=True)
+        b.sync(rid, 310, 309, 10, running=True)
+        chosen[rid] = b.stream_paused(rid, 1.0, 309)
+    assert chosen == {"short": ContextPolicy.PRESERVE, "long": ContextPolicy.DISCARD}
+    assert (b.counts["pauses_preserve"], b.counts["pauses_discard"]) == (1, 1)
+    b.resume_stream("long", 314, 0, 31.0)  # the engine released its KV: nothing computed
+    m = b.mirror("long")
+    assert m is not None and m.calls[-1].policy is ContextPolicy.DISCARD
+    assert m.calls[-1].returned_tokens == 5  # counted from the context at the pause
+    forced = bridge(stream_context="preserve")
+    forced.arrive("long", 300, 0.0, plan((10, 30.0, 5), (10, None, 0)), resumable=True)
+    assert forced.stream_paused("long", 1.0, 309) is ContextPolicy.PRESERVE
+    held = bridge()
+    held.arrive("x", 300, 0.0, plan((10, 1e-4, 5)), resumable=True, hold=ContextPolicy.DISCARD)
+    assert held.stream_paused("x", 1.0, 309) is ContextPolicy.DISCARD

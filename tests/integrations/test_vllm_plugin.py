@@ -130,3 +130,27 @@ def test_streaming_session_pauses_with_its_kv_and_resumes_as_preserve(
     assert resumed["mirror"]["calls"] == [[7, "preserve"]]
     assert stream["free_after"] > paused["free"] == resumed["free"]  # KV held in the call
     assert len(stream["tokens"]) == 5 + 3
+
+
+def test_streaming_session_paused_under_discard_releases_its_kv_and_recomputes(
+    runs: dict[str, Any],
+) -> None:
+    stream = runs["class"][0]["stream_discard"]
+    paused, resumed = stream["paused"], stream["resumed"]
+    assert paused["mirror"]["in_call"] and paused["mirror"]["calls"] == [[0, "discard"]]
+    assert paused["free"] == stream["before"]  # every block released (to the prefix cache)
+    assert resumed["mirror"]["calls"] == [[7, "discard"]]  # no KV kept: a Discard return
+    assert len(stream["tokens"]) == 5 + 3  # and the session still answers both turns
+
+
+def test_the_online_predictor_learns_from_vllms_turns_and_plans_unplanned_requests(
+    runs: dict[str, Any],
+) -> None:
+    result = runs["class"][0]
+    assert result["predictor"] == "online"  # the default
+    # 8 greedy + 5 crafted requests ended; two resubmitted turns and two streaming
+    # pauses ended in calls (each stream's second pause too: a segment, then aborted)
+    assert result["learned"] == {"segments": 19, "calls": 4}
+    # every turn so far generated 4-40 tokens: a 300-token max_tokens is not the plan
+    planned = result["unplanned"]
+    assert planned["segments"] == 0 and 4 <= planned["pred_output_len"] <= 40

@@ -9,7 +9,8 @@ scheduler) and `class` (our class object) run in-process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0), and `class` then drives the EngineCore
 step by step: a crafted batch under a tight budget, a resubmitted turn
 (Discard with reuse) and a resumable streaming session (Preserve), reporting
-the scheduler's decisions and its mirrors. One engine config for all: a
+the scheduler's decisions, its mirrors and what its online predictor
+learned. One engine config for all: a
 128-token budget and 36 KV blocks of 32 tokens.
 """
 
@@ -47,7 +48,7 @@ def make_llm(args: argparse.Namespace, **kw: Any) -> Any:
     return LLM(
         model=args.model, dtype="float32", enforce_eager=True, max_model_len=1024, seed=0,
         block_size=BLOCK, enable_prefix_caching=True, max_num_batched_tokens=128,
-        num_gpu_blocks_override=36, **kw,
+        num_gpu_blocks_override=36, tensor_parallel_size=args.tp, **kw,
     )  # fmt: skip
 
 
@@ -156,19 +157,26 @@ def resubmitted(d: Driver, rng: random.Random, reset: bool) -> dict[str, Any]:
     return {"mirror": info, "answered": len(d.tokens.get(f"t1-{tag}", []))}
 
 
-def streamed(d: Driver, rng: random.Random) -> dict[str, Any]:
-    """A resumable session: turn 1, pause (KV held), 7 returned tokens, turn 2."""
-    plan = {"augserve_plan": "[[5, 2.0, 7], [3, null, 0]]"}
-    d.submit("st", [rng.randrange(3, 4000) for _ in range(80)], 5, resumable=True, extra=plan)
-    d.run_until_paused("st")
+def streamed(d: Driver, rng: random.Random, hold: str) -> dict[str, Any]:
+    """A resumable session: turn 1, pause (KV held or released: `hold`), 7 returned
+    tokens, turn 2."""
+    rid = f"st-{hold}"
+    extra = {"augserve_plan": "[[5, 2.0, 7], [3, null, 0]]", "augserve_context": hold}
     pool = d.sched.kv_cache_manager.block_pool
-    paused = {"free": pool.get_num_free_blocks(), "mirror": mirror_info(d.sched, "st")}
-    d.submit("st", [rng.randrange(3, 4000) for _ in range(7)], 3, resumable=True)
-    resumed = {"free": pool.get_num_free_blocks(), "mirror": mirror_info(d.sched, "st")}
-    d.run_until_paused("st")
-    d.sched.finish_requests("st", _aborted())
+    before = pool.get_num_free_blocks()
+    d.submit(rid, [rng.randrange(3, 4000) for _ in range(80)], 5, resumable=True, extra=extra)
+    d.run_until_paused(rid)
+    paused = {"free": pool.get_num_free_blocks(), "mirror": mirror_info(d.sched, rid)}
+    paused["computed"] = d.sched.requests[rid].num_computed_tokens
+    d.submit(rid, [rng.randrange(3, 4000) for _ in range(7)], 3, resumable=True)
+    resumed = {"free": pool.get_num_free_blocks(), "mirror": mirror_info(d.sched, rid)}
+    d.run_until_paused(rid)
+    d.sched.finish_requests(rid, _aborted())
     after = pool.get_num_free_blocks()
-    return {"paused": paused, "resumed": resumed, "free_after": after, "tokens": d.tokens["st"]}
+    return {
+        "before": before, "paused": paused, "resumed": resumed, "free_after": after,
+        "tokens": d.tokens[rid],
+    }  # fmt: skip
 
 
 def _aborted() -> Any:
@@ -189,15 +197,30 @@ def drive(llm: Any) -> dict[str, Any]:
     out["crafted"] = crafted(d, rng)
     out["kept"] = resubmitted(d, rng, reset=False)
     out["reset"] = resubmitted(d, rng, reset=True)
-    out["stream"] = streamed(d, rng)
+    out["stream"] = streamed(d, rng, "preserve")
+    out["stream_discard"] = streamed(d, rng, "discard")
+    out["unplanned"] = unplanned(d, rng)
     out["sessions_left"] = d.sched.augserve.num_sessions()
+    out["learned"] = dict(d.sched.augserve.predictions.counts)
+    out["predictor"] = d.sched.augserve.predictor.name
     return out
+
+
+def unplanned(d: Driver, rng: random.Random) -> dict[str, Any]:
+    """A request without a plan and a large max_tokens, after the online predictor has
+    learned from every request before it: its predicted output."""
+    d.submit("unplanned", [rng.randrange(3, 4000) for _ in range(40)], 300)
+    m = d.sched.augserve.mirror("unplanned")
+    info = {"pred_output_len": m.pred_output_len, "segments": len(m.segments)}
+    d.core.abort_requests(["unplanned"])
+    return info
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
     p.add_argument("--scheduler", choices=("default", "path", "class"), required=True)
+    p.add_argument("--tp", type=int, default=1, help="tensor parallelism (GPU checks)")
     args = p.parse_args()
     if args.scheduler != "path":
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"

@@ -5,7 +5,7 @@
   calculate_memory_time_blocks) and the starvation rule of `vllm/sequence.py`;
 - INFERCEPT: WukLab/InferCept `_schedule_chunk_and_fill`, the policy of a paused
   request chosen again every iteration with the call's remaining time;
-- AugServe: the cost of what remains of the segment (PAPER.md section 3, revised).
+- AugServe: the cost of what remains of the segment (docs/paper.md section 3, revised).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every formula of PAPER.md sections 2-4 against a hand-computed example."""
+"""Every formula of docs/paper.md sections 2-4 against a hand-computed example."""
 
 import pytest
 

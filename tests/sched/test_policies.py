@@ -1,4 +1,4 @@
-"""What each policy must do (PAPER.md section 6) and the head-of-line scenario."""
+"""What each policy must do (docs/paper.md section 6) and the head-of-line scenario."""
 
 import pytest
 from driver import Driver, easy_profile

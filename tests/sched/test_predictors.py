@@ -1,4 +1,4 @@
-"""Oracle and noisy-oracle predictors (PAPER.md section 5, paper section 6.3)."""
+"""Oracle and noisy-oracle predictors (docs/paper.md section 5, paper section 6.3)."""
 
 import pytest
 

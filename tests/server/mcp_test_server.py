@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from mcp.server.mcpserver import MCPServer
 
-app = MCPServer("augserve-test", log_level="CRITICAL")
+app = MCPServer("augserve-test", log_level=os.environ.get("MCP_TEST_LOG_LEVEL", "CRITICAL"))
 
 
 @app.tool()

@@ -10,6 +10,7 @@ import pytest
 
 from augserve.engine.chat import CHATML_TEMPLATE, ChatTemplate, TemplateRaisedError
 from augserve.engine.make_model import make_model
+from augserve.engine.tool_prompt import generic_tools_messages
 
 LLAMA_STYLE = (
     "{{- bos_token }}"
@@ -84,9 +85,12 @@ def test_render_matches_transformers(model_dir: Path, tmp_path: Path, source: st
         mine = ours.render(
             conversation('{"city": "Paris"}'), tools=TOOLS, add_generation_prompt=gen
         )
+        conv, tools = conversation({"city": "Paris"}), TOOLS
+        if not ours.renders_tools:  # LLAMA_STYLE: augserve's generic tools prompt is added
+            conv, tools = generic_tools_messages(conv, TOOLS, "hermes", True), None
         ref, _ = render_jinja_template(
-            conversations=[conversation({"city": "Paris"})],
-            tools=TOOLS,
+            conversations=[conv],
+            tools=tools,
             chat_template=source,
             add_generation_prompt=gen,
             bos_token="<s>",

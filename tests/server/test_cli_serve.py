@@ -54,7 +54,7 @@ def test_flags_follow_vllm() -> None:
         ]
     )
     assert (args.host, args.port, args.served_model_name) == ("0.0.0.0", 9000, ["a", "b"])
-    assert (args.max_model_len, args.dtype, args.api_key) == (256, "float32", "k")
+    assert (args.max_model_len, args.dtype, args.api_key) == (256, "float32", ["k"])
     assert (args.policy, args.tools, args.predictor) == ("vllm", "t.yaml", "noisy:0.2")
     assert build_parser().parse_args(["serve"]).host == "127.0.0.1"
     assert build_parser().parse_args(["serve"]).dtype == "auto"

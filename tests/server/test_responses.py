@@ -54,7 +54,8 @@ def test_length_limit_is_incomplete(server: LiveServer, client: OpenAI) -> None:
 
 
 def test_client_function_tool_round_trip(server: LiveServer, client: OpenAI) -> None:
-    server.script(4303, call_text("get_time", tz="UTC"), "It is noon.")
+    # the model ends its turn after the call (parallel_tool_calls is on by default)
+    server.script(4303, call_text("get_time", tz="UTC"), "<|im_end|>", "It is noon.")
     first = client.responses.create(
         model=MODEL, input="What time is it?", tools=[TOOL], extra_body={"seed": 4303}
     )
@@ -156,7 +157,7 @@ def test_agents_sdk_runs_a_function_tool(server: LiveServer) -> None:
         calls.append(tz)
         return "12:00"
 
-    server.script(4306, call_text("get_time", tz="UTC"), "It is noon in UTC.")
+    server.script(4306, call_text("get_time", tz="UTC"), "<|im_end|>", "It is noon in UTC.")
     oa = AsyncOpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
     agent = Agent(
         name="clock",

@@ -199,7 +199,7 @@ def cause(base: str, ours: float, theirs: float, rows: Sequence[tuple[Row, Row]]
         )
     if base == "ssjf":
         return (
-            "Cause: SSJF as specified here (PAPER.md section 6) frees the KV cache at every "
+            "Cause: SSJF as specified here (docs/paper.md section 6) frees the KV cache at every "
             "call and recomputes the whole context on return, as vLLM does; under load that "
             f"recompute saturates it, and its goodput falls under 10% of AugServe's in "
             f"{collapsed} of {n} settings, which dominate the geometric mean."

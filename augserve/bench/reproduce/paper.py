@@ -1,4 +1,4 @@
-"""The paper's numbers (arXiv 2512.04013 v3; PAPER.md section 8), as data.
+"""The paper's numbers (arXiv 2512.04013 v3; docs/paper.md section 8), as data.
 
 Goodput in req/s, TTFT in s, overhead in s per iteration. Changes are AugServe
 against the baseline (geometric means over the paper's settings).

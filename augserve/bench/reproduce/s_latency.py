@@ -157,7 +157,7 @@ def _occupancy_cause(
     )
     if "ssjf" in facts and "vllm" in facts:
         text += (
-            f", and our SSJF frees KV at every call as vLLM does (PAPER.md section 6), so its "
+            f", and our SSJF frees KV at every call as vLLM does (docs/paper.md section 6), so its "
             f"occupancy follows vLLM's (means {facts['ssjf'][0]:.0f}% and {facts['vllm'][0]:.0f}%)"
         )
     return text + ".\n"

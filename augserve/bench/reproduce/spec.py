@@ -42,7 +42,7 @@ WORKLOADS: Mapping[str, str] = {
 OWN = "augserve-slo"  # our own policy (docs/results-own-policy.md), not in the paper
 POLICIES = ("vllm", "infercept", "ssjf", "ssjf-infercept", "mars", "augserve", OWN)
 PAPER_BASELINES = ("vllm", "infercept", "ssjf", "mars")  # the ones the paper compares against
-STRONGEST = "ssjf-infercept"  # our stronger baseline (PAPER.md section 6), not in the paper
+STRONGEST = "ssjf-infercept"  # our stronger baseline (docs/paper.md section 6), not in the paper
 
 # ablation variants: label -> (policy, scheduler options). The option names live only here.
 ABLATION: Mapping[str, tuple[str, tuple[tuple[str, str], ...]]] = {

@@ -77,6 +77,11 @@ class CausalLM(nn.Module, ABC):
     def load_weights(self, src: WeightSource) -> None:
         """Copy every parameter from `src` (Hugging Face names)."""
 
+    def quantize(self, act_dtype: torch.dtype) -> None:
+        """Swap in weight-only quantized layers before loading (engine/quant.py); only
+        the families GGUF files hold (Llama, Qwen2) have them."""
+        raise ValueError(f"{type(self).__name__}: no quantized form (GGUF is Llama-family only)")
+
     def regions(self) -> list[nn.Module]:
         """The modules to compile: each decoder layer's attn_in and attn_out."""
         layers = [m for m in self.modules() if isinstance(m, DecoderLayer)]

@@ -21,6 +21,7 @@ from augserve.engine.models.layers import (
 )
 from augserve.engine.ops import rms_norm, rotate, silu_and_mul
 from augserve.engine.prepack import Linear, linear
+from augserve.engine.quant import QuantEmbedding, QuantLinear, load_embedding, load_linear
 
 
 class LlamaAttnIn(nn.Module):
@@ -147,32 +148,58 @@ class LlamaForCausalLM(CausalLM):
     def tied_head(self) -> torch.Tensor | None:
         return self.embed_tokens.weight if self.lm_head is None else None
 
+    def quantize(self, act_dtype: torch.dtype) -> None:
+        """Swap every linear layer, the embedding and the (tied) LM head for their
+        quantized forms (engine/quant.py), before the weights are loaded."""
+        for mod in list(self.modules()):
+            for name, child in list(mod.named_children()):
+                if isinstance(child, Linear):
+                    q = QuantLinear(
+                        child.in_features, child.out_features, child.bias is not None, act_dtype
+                    )
+                    setattr(mod, name, q)
+        c = self.c
+        self.embed_tokens = QuantEmbedding(c["vocab"], c["hidden"], act_dtype)  # type: ignore[assignment]
+        if self.lm_head is None:  # tied: a quantized copy of the embedding computes logits
+            self.lm_head = QuantLinear(c["hidden"], c["vocab"], False, act_dtype)  # type: ignore[assignment]
+
     def load_weights(self, src: WeightSource) -> None:
-        load_param(self.embed_tokens.weight, src.get("model.embed_tokens.weight"), "embed_tokens")
+        embed = "model.embed_tokens.weight"
+        if not load_embedding(self.embed_tokens, src, embed):
+            load_param(self.embed_tokens.weight, src.get(embed), "embed_tokens")
         load_param(self.norm.weight, src.get("model.norm.weight"), "model.norm.weight")
         if self.lm_head is not None:
-            w = src.get("lm_head.weight") if src.has("lm_head.weight") else None
-            load_param(
-                self.lm_head.weight, w if w is not None else self.embed_tokens.weight, "lm_head"
-            )
+            head = "lm_head.weight" if src.has("lm_head.weight") else embed
+            if not load_linear(self.lm_head, src, [head], "lm_head"):
+                w = src.get("lm_head.weight") if src.has("lm_head.weight") else None
+                load_param(
+                    self.lm_head.weight, w if w is not None else self.embed_tokens.weight, "lm_head"
+                )
         for i, layer in enumerate(self.layers):
             self._load_layer(layer, src, f"model.layers.{i}.")
+
+    def _load_matrix(
+        self, module: nn.Module, src: WeightSource, names: list[str], label: str
+    ) -> None:
+        """The weight of a (fused) projection: the tensors `names` stacked along rows."""
+        if not load_linear(module, src, names, label):
+            load_param(module.weight, torch.cat([src.get(n) for n in names]), label)
 
     def _load_layer(self, layer: DecoderLayer, src: WeightSource, p: str) -> None:
         a = p + "self_attn."
         attn, out = layer.attn_in, layer.attn_out
-        qkv = [src.get(f"{a}{n}_proj.weight") for n in "qkv"]
-        load_param(attn.qkv_proj.weight, torch.cat(qkv), a + "qkv_proj.weight")
+        qkv = [f"{a}{n}_proj.weight" for n in "qkv"]
+        self._load_matrix(attn.qkv_proj, src, qkv, a + "qkv_proj.weight")
         if attn.qkv_proj.bias is not None:
             b = [src.get(f"{a}{n}_proj.bias") for n in "qkv"]
             load_param(attn.qkv_proj.bias, torch.cat(b), a + "qkv_proj.bias")
-        load_param(out.o_proj.weight, src.get(a + "o_proj.weight"), a + "o_proj.weight")
+        self._load_matrix(out.o_proj, src, [a + "o_proj.weight"], a + "o_proj.weight")
         if out.o_proj.bias is not None:
             load_param(out.o_proj.bias, src.get(a + "o_proj.bias"), a + "o_proj.bias")
         m = p + "mlp."
-        gu = torch.cat([src.get(m + "gate_proj.weight"), src.get(m + "up_proj.weight")])
-        load_param(out.gate_up_proj.weight, gu, m + "gate_up_proj.weight")
-        load_param(out.down_proj.weight, src.get(m + "down_proj.weight"), m + "down_proj.weight")
+        gu = [m + "gate_proj.weight", m + "up_proj.weight"]
+        self._load_matrix(out.gate_up_proj, src, gu, m + "gate_up_proj.weight")
+        self._load_matrix(out.down_proj, src, [m + "down_proj.weight"], m + "down_proj.weight")
         if out.gate_up_proj.bias is not None and out.down_proj.bias is not None:
             gub = torch.cat([src.get(m + "gate_proj.bias"), src.get(m + "up_proj.bias")])
             load_param(out.gate_up_proj.bias, gub, m + "gate_up_proj.bias")

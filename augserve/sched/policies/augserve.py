@@ -1,11 +1,11 @@
-"""AugServe: value density over space-time cost, refined at every return (PAPER.md section 3).
+"""AugServe: value density over space-time cost, refined at every return (docs/paper.md section 3).
 
 theta = V / C with V = 1 + beta * w (w: milliseconds since last scheduled) and
 C the space-time cost of the current segment: estimated on arrival from the
 prediction, refined on each return with the realized returned length and the
 context policy actually applied during the call.
 
-By default (PAPER.md section 3, revised) C covers what remains of the segment
+By default (docs/paper.md section 3, revised) C covers what remains of the segment
 at each iteration: the decode term runs over the predicted tokens still to come,
 C^decode(L_now, max(1, l_out - generated)), and the segment's head (prefill on
 arrival, feedback after a return) counts until the segment's first token. The
@@ -105,7 +105,7 @@ class AugServePolicy(PlanningPolicy):
         return cost if cost > _MIN_COST else _MIN_COST
 
     def current_cost(self, req: Request) -> float:
-        """The C the request is ranked by now (either reading of PAPER.md section 3)."""
+        """The C the request is ranked by now (either reading of docs/paper.md section 3)."""
         if self.segment_cost:
             return self._seg[req.request_id]
         return self.remaining_cost(req)

@@ -1,4 +1,4 @@
-"""First-come-first-served baselines: vLLM and INFERCEPT (PAPER.md section 6)."""
+"""First-come-first-served baselines: vLLM and INFERCEPT (docs/paper.md section 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MARS, as the `V2` policy of mars-repository/mars-codebase computes it (PAPER.md section 6).
+"""MARS, as the `V2` policy of mars-repository/mars-codebase computes it (docs/paper.md section 6).
 
 Order: running requests first, FCFS by arrival; then waiting requests that
 waited long (the anti-starvation boost), by score; then every other waiting

@@ -1,4 +1,4 @@
-"""Speculative shortest-job-first: rank by predicted remaining output (PAPER.md section 6).
+"""Speculative shortest-job-first: rank by predicted remaining output (docs/paper.md section 6).
 
 `ssjf` is the baseline as the paper ran it: its figure 18 shows SSJF with the
 GPU cache under 50% and no CPU offloading, i.e. vLLM's handling of a call (KV

@@ -1,0 +1,275 @@
+"""Weight-only quantized linear layers and embeddings (CPU), for GGUF weights kept quantized.
+
+A `QTensor` is a weight [N, K] in one of three forms:
+
+- int4, group g along K: w[n, k] = (q[n, k] - 8) * scale[n, k // g] + zero[n, k // g],
+  q in 0..15 (torch's int4 weight-only form; GGUF's Q4_0, Q4_1 and Q4_K are exactly
+  this with g = 32, see `gguf_quant.py`);
+- int8 per output channel: w[n, k] = q[n, k] * scale[n, 0], q in -127..127;
+- dense: `q` is the float32 weight itself (GGUF's F32 / F16 / BF16 tensors).
+
+`QuantLinear` holds one in the layout of torch's CPU kernels (measured against bf16 and
+fp32 linear layers in `benchmarks/bench_quant_kernels.py`, docs/models.md):
+`_weight_int4pack_mm_for_cpu` on `_convert_weight_to_int4pack_for_cpu`'s packing, and
+`_weight_int8pack_mm`. Activations run in the model's dtype (bf16 by default for GGUF).
+`QuantEmbedding` keeps a GGUF embedding table as the file's own bytes and dequantizes
+only the rows a step looks up (exact: the `gguf` package's dequantization).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+INT4_OFFSET = 8
+
+
+@dataclass(frozen=True)
+class QTensor:
+    """A quantized weight [N, K] (see the module doc). bits: 4, 8 or 16 (dense)."""
+
+    q: torch.Tensor  # uint8 [N, K] (int4 values), int8 [N, K], or float32 [N, K] (dense)
+    scale: torch.Tensor | None  # float32 [N, K // group]
+    zero: torch.Tensor | None  # float32 [N, K // group] (int4 only)
+    group: int
+    bits: int
+
+    def __post_init__(self) -> None:
+        if self.bits not in (4, 8, 16):
+            raise ValueError(f"bits must be 4, 8 or 16, got {self.bits}")
+        if self.q.dim() != 2:
+            raise ValueError(f"q must be 2-D [N, K], got shape {tuple(self.q.shape)}")
+        if self.bits != 16 and (self.group <= 0 or self.q.shape[1] % self.group):
+            raise ValueError(f"group must divide K = {self.q.shape[1]}, got {self.group}")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.q.shape[0]), int(self.q.shape[1])
+
+    def dequantize(self) -> torch.Tensor:
+        """The float32 weight [N, K] this stands for."""
+        if self.bits == 16:
+            return self.q.float()
+        assert self.scale is not None
+        scale = self.scale.repeat_interleave(self.group, dim=1)
+        if self.bits == 8:
+            return self.q.float() * scale
+        assert self.zero is not None
+        zero = self.zero.repeat_interleave(self.group, dim=1)
+        return (self.q.float() - INT4_OFFSET) * scale + zero
+
+    def rows(self, index: np.ndarray) -> QTensor:
+        """The rows `index` (a permutation of output channels), in that order."""
+        idx = torch.from_numpy(np.ascontiguousarray(index))
+        pick = lambda t: None if t is None else t[idx]  # noqa: E731
+        return replace(self, q=self.q[idx], scale=pick(self.scale), zero=pick(self.zero))
+
+
+def quantize_int8(w: torch.Tensor) -> QTensor:
+    """Symmetric int8 per output channel of a float weight [N, K]."""
+    w = w.float()
+    scale = (w.abs().amax(dim=1, keepdim=True) / 127).clamp_min(torch.finfo(torch.float32).tiny)
+    q = torch.round(w / scale).clamp_(-127, 127).to(torch.int8)
+    return QTensor(q, scale, None, int(w.shape[1]), 8)
+
+
+def cat_rows(parts: Sequence[QTensor]) -> QTensor:
+    """Stack weights along N (fused QKV, gate+up). Parts in one form stay in it; mixed
+    forms meet in the widest (dense, else int8 per channel, requantized)."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    same = all((p.bits, p.group) == (first.bits, first.group) for p in parts)
+    if not same:
+        bits = max(p.bits for p in parts)
+        dense = torch.cat([p.dequantize() for p in parts])
+        return QTensor(dense, None, None, 0, 16) if bits == 16 else quantize_int8(dense)
+
+    def cat(ts: list[torch.Tensor | None]) -> torch.Tensor | None:
+        return None if ts[0] is None else torch.cat([t for t in ts if t is not None])
+
+    return QTensor(
+        torch.cat([p.q for p in parts]),
+        cat([p.scale for p in parts]),
+        cat([p.zero for p in parts]),
+        first.group,
+        first.bits,
+    )
+
+
+def int4_packable(n: int, k: int, group: int) -> bool:
+    """Whether torch's CPU int4 kernel takes this shape (K even, whole groups)."""
+    return k % 2 == 0 and group in (32, 64, 128, 256) and k % group == 0
+
+
+class QuantLinear(nn.Module):
+    """A linear layer on a weight-only quantized weight (see the module doc). Built empty
+    (the bias, if any, is its only parameter); `set_weight` fills it."""
+
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool, act_dtype: torch.dtype
+    ) -> None:
+        super().__init__()
+        self.in_features, self.out_features, self.act_dtype = in_features, out_features, act_dtype
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+        self.bits = 0  # 0 until set_weight
+        self.group = 0
+        self.packed: torch.Tensor | None  # int4: packed; int8: q; dense: the weight
+        self.scales: torch.Tensor | None  # int4: [K/g, N, 2]; int8: [N]
+        self.register_buffer("packed", None, persistent=False)
+        self.register_buffer("scales", None, persistent=False)
+
+    def set_weight(self, qt: QTensor) -> None:
+        """Take `qt` [out, in] in the kernels' layout, scales in the activations' dtype."""
+        act_dtype = self.act_dtype
+        if qt.shape != (self.out_features, self.in_features):
+            raise ValueError(
+                f"weight shape {qt.shape} != ({self.out_features}, {self.in_features})"
+            )
+        if qt.bits == 4 and not int4_packable(*qt.shape, qt.group):
+            qt = quantize_int8(qt.dequantize())
+        self.bits, self.group = qt.bits, qt.group
+        if qt.bits == 4:
+            assert qt.scale is not None and qt.zero is not None
+            self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+                qt.q.to(torch.int32), 1
+            )
+            sz = torch.stack([qt.scale.t(), qt.zero.t()], dim=-1)
+            self.scales = sz.to(act_dtype).contiguous()
+        elif qt.bits == 8:
+            assert qt.scale is not None
+            self.packed = qt.q.contiguous()
+            self.scales = qt.scale.reshape(-1).to(act_dtype).contiguous()
+        else:
+            self.packed = qt.q.to(act_dtype).contiguous()
+            self.scales = None
+
+    def weight_bytes(self) -> int:
+        return sum(
+            t.numel() * t.element_size() for t in (self.packed, self.scales) if t is not None
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is None:
+            raise RuntimeError("QuantLinear used before set_weight")
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        if self.bits == 4:
+            assert self.scales is not None
+            x2 = x2.to(self.scales.dtype)
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, self.group, self.scales)
+        elif self.bits == 8:
+            assert self.scales is not None
+            y = torch.ops.aten._weight_int8pack_mm(
+                x2.to(self.scales.dtype), self.packed, self.scales
+            )
+        else:
+            y = F.linear(x2.to(self.packed.dtype), self.packed)
+        y = y.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        form = {4: f"int4 group {self.group}", 8: "int8 per channel", 16: "dense"}
+        return f"in={self.in_features}, out={self.out_features}, {form.get(self.bits, 'empty')}"
+
+
+@torch.library.custom_op("augserve::gguf_rows", mutates_args=())
+def gguf_rows(raw: torch.Tensor, ids: torch.Tensor, qtype: int, dim: int) -> torch.Tensor:
+    """Rows `ids` of a GGUF tensor kept as its bytes `raw` [V, row_bytes], float32 [T, dim]."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    picked = raw[ids.reshape(-1).cpu()].numpy()
+    rows = dequantize(picked, GGMLQuantizationType(qtype)).reshape(-1, dim)
+    return torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)).to(raw.device)
+
+
+@gguf_rows.register_fake
+def _(raw: torch.Tensor, ids: torch.Tensor, qtype: int, dim: int) -> torch.Tensor:
+    return raw.new_empty((ids.numel(), dim), dtype=torch.float32)
+
+
+class QuantEmbedding(nn.Module):
+    """An embedding table kept as a GGUF tensor's bytes; looks rows up exactly."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim, self.dtype = num_embeddings, embedding_dim, dtype
+        self.raw: torch.Tensor | None  # uint8 [V, row_bytes]
+        self.register_buffer("raw", None, persistent=False)
+        self.qtype = -1
+
+    def set_raw(self, raw: np.ndarray, qtype: int) -> None:
+        rows = raw.reshape(self.num_embeddings, -1)
+        self.raw, self.qtype = torch.from_numpy(np.array(rows, dtype=np.uint8)), int(qtype)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.raw is None:
+            raise RuntimeError("QuantEmbedding used before set_raw")
+        rows = gguf_rows(self.raw, ids, self.qtype, self.embedding_dim)
+        return rows.to(self.dtype).reshape(*ids.shape, self.embedding_dim)
+
+    def weight_bytes(self) -> int:
+        return 0 if self.raw is None else self.raw.numel()
+
+
+def quant_modules(model: nn.Module) -> list[Any]:
+    return [m for m in model.modules() if isinstance(m, QuantLinear | QuantEmbedding)]
+
+
+def check_loaded(model: nn.Module, where: str) -> None:
+    """ValueError naming the first quantized module the loader left empty."""
+    for name, m in model.named_modules():
+        empty = (isinstance(m, QuantLinear) and m.packed is None) or (
+            isinstance(m, QuantEmbedding) and m.raw is None
+        )
+        if empty:
+            raise ValueError(f"{where}: weight {name} was not loaded")
+
+
+def logical_numel(model: nn.Module) -> int:
+    """Parameters counted as the full-precision model would have them."""
+    n = sum(p.numel() for p in model.parameters())
+    for m in model.modules():
+        if isinstance(m, QuantLinear):
+            n += m.in_features * m.out_features
+        elif isinstance(m, QuantEmbedding):
+            n += m.num_embeddings * m.embedding_dim
+    return n
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of every parameter and quantized weight (what loading keeps resident)."""
+    n = sum(p.numel() * p.element_size() for p in model.parameters())
+    return n + sum(m.weight_bytes() for m in quant_modules(model))
+
+
+def load_linear(module: nn.Module, src: Any, names: Sequence[str], label: str) -> bool:
+    """Fill a QuantLinear from the quantized tensors `names` of `src` (stacked along the
+    output dim); False (nothing done) when `module` is not one."""
+    if not isinstance(module, QuantLinear):
+        return False
+    try:
+        module.set_weight(cat_rows([src.get_quant(n) for n in names]))
+    except ValueError as e:
+        raise ValueError(f"weight {label}: {e}") from None
+    return True
+
+
+def load_embedding(module: nn.Module, src: Any, name: str) -> bool:
+    """Fill a QuantEmbedding with the raw GGUF tensor `name`; False when not one."""
+    if not isinstance(module, QuantEmbedding):
+        return False
+    raw, qtype, shape = src.get_raw(name)
+    if tuple(shape) != (module.num_embeddings, module.embedding_dim):
+        raise ValueError(f"weight {name}: shape {tuple(shape)} != embedding's")
+    module.set_raw(raw, qtype)
+    return True

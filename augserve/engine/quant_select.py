@@ -1,0 +1,73 @@
+"""What `--dtype auto` (no dtype given) loads: quantized GGUF weights, else the fastest
+exact dtype for the device found (docs/models.md).
+
+- A GGUF model directory on the CPU can keep its weights quantized (`engine/quant.py`),
+  activations in bf16 (torch's int4 / int8 CPU kernels are many times slower on fp32
+  activations: `benchmarks/bench_quant_kernels.py`, docs/data/quant-kernels.json).
+  It is opt-in for now (`quantize=True`, `AUGSERVE_QUANT=1`): its speed against
+  llama.cpp, its memory and its greedy agreement on a real model are not measured yet
+  (docs/engine-quant.md), so `--dtype auto` still loads GGUF files dequantized.
+- Otherwise bf16 on CUDA and on CPUs with bf16 instructions (avx512_bf16, amx_bf16),
+  fp32 on other CPUs, where bf16 matmuls are emulated and slower than fp32.
+
+AUGSERVE_QUANT=1 turns the quantized path on for GGUF files loaded without a dtype; an
+explicit dtype loads the GGUF file dequantized into that dtype (the reference the
+quantized path is measured against).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from augserve.engine.ops import env_switch
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """This CPU's flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_has_bf16() -> bool:
+    return any(flag in cpu_flags() for flag in BF16_FLAGS)
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """The model dtype when none is given (see the module doc)."""
+    if device.type == "cuda" or cpu_has_bf16():
+        return torch.bfloat16
+    return torch.float32
+
+
+def is_gguf_dir(model_dir: str | Path) -> bool:
+    from augserve.engine.gguf_dir import GGUF_POINTER
+
+    return (Path(model_dir) / GGUF_POINTER).is_file()
+
+
+def quant_wanted(
+    setting: bool | None, model_dir: str | Path, dtype: str | None, device: torch.device
+) -> bool:
+    """Whether to keep the weights quantized: only a GGUF directory on the CPU; then an
+    explicit setting wins, then AUGSERVE_QUANT=1 when no dtype is given (opt-in: see
+    the module doc)."""
+    if device.type != "cpu" or not is_gguf_dir(model_dir):
+        if setting:
+            raise ValueError("quantize: only GGUF models on the CPU have a quantized form")
+        return False
+    if setting is not None:
+        return setting
+    env = env_switch("AUGSERVE_QUANT")
+    return dtype is None and bool(env)

@@ -1,0 +1,298 @@
+"""BFCL (bfcl-eval 2026.3.23) through augserve's chat path, its /v1/completions prompt
+path, and a transformers reference on the same model file.
+
+    /work/venvs/bfcl/bin/python benchmarks/bfcl/run_bfcl.py --limit 5 \
+        --out docs/data/bfcl/smollm2.json
+
+Runs in a venv holding bfcl-eval (never augserve's own). A registration wrapper
+around BFCL's CLI, no copy of its code: three models are added to BFCL's
+`MODEL_CONFIG_MAPPING` and BFCL's own `generate` and `evaluate` run them:
+
+- `augserve-chat`: BFCL's `OpenAICompletionsHandler` (function-calling mode) against
+  `augserve serve` (OPENAI_BASE_URL): augserve's chat template, tools prompt and parser;
+- `augserve-completions`: BFCL's `QwenFCHandler` (its own ChatML + `<tool_call>`
+  prompt, BFCL's parser) against augserve's `/v1/completions` (--skip-server-setup);
+- `reference`: the same handler against `reference_server.py` (transformers, greedy).
+
+BFCL loads `$BFCL_PROJECT_ROOT/.env` with override=True at every command, so a
+variable set in the shell loses to a stale `.env`: this script writes a minimal one
+before each run. `--limit N` runs the first N entries of each category (BFCL's
+`--run-ids` file). Generation is capped at `--max-tokens` per turn on every path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CATEGORIES = {  # the issue's names -> BFCL v4's
+    "simple": "simple_python",
+    "multiple": "multiple",
+    "parallel": "parallel",
+    "parallel_multiple": "parallel_multiple",
+    "irrelevance": "irrelevance",
+    "live_simple": "live_simple",
+    "live_multiple": "live_multiple",
+    "multi_turn_base": "multi_turn_base",
+}
+SERVED = "smollm2"
+DEFAULT_GGUF = Path.home() / ".cache/augserve/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def register(max_tokens: int) -> None:
+    """The three models, as BFCL's registry entries (handlers subclassed only to cap
+    the tokens generated per turn)."""
+    from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING, ModelConfig
+    from bfcl_eval.model_handler.api_inference.openai_completion import (
+        OpenAICompletionsHandler,
+    )
+    from bfcl_eval.model_handler.local_inference.qwen_fc import QwenFCHandler
+
+    class CappedChat(OpenAICompletionsHandler):  # type: ignore[misc]
+        def generate_with_backoff(self, **kwargs: Any) -> Any:
+            return super().generate_with_backoff(max_tokens=max_tokens, **kwargs)
+
+    class CappedPrompt(QwenFCHandler):  # type: ignore[misc]
+        @property
+        def client(self) -> Any:
+            return self._capped
+
+        @client.setter
+        def client(self, value: Any) -> None:  # BFCL's spin-up sets an OpenAI client
+            create = value.completions.create
+
+            def capped(**kw: Any) -> Any:
+                kw["max_tokens"] = min(int(kw.get("max_tokens") or max_tokens), max_tokens)
+                return create(**kw)
+
+            value.completions.create = capped
+            self._capped = value
+
+    common = {"url": "https://github.com/", "org": "augserve", "license": "apache-2.0"}
+    MODEL_CONFIG_MAPPING["augserve-chat"] = ModelConfig(
+        model_name=SERVED,
+        display_name="augserve chat",
+        model_handler=CappedChat,
+        is_fc_model=True,
+        underscore_to_dot=True,
+        **common,
+    )
+    for name in ("augserve-completions", "reference"):
+        MODEL_CONFIG_MAPPING[name] = ModelConfig(
+            model_name=SERVED,
+            display_name=name,
+            model_handler=CappedPrompt,
+            is_fc_model=False,
+            underscore_to_dot=False,
+            **common,
+        )
+
+
+def write_env(root: Path, port: int) -> None:
+    """BFCL's .env (loaded with override=True): only what the run needs."""
+    lines = [
+        "OPENAI_API_KEY=sk-augserve-bfcl",
+        f"OPENAI_BASE_URL=http://127.0.0.1:{port}/v1",
+        "LOCAL_SERVER_ENDPOINT=127.0.0.1",
+        f"LOCAL_SERVER_PORT={port}",
+    ]
+    (root / ".env").write_text("\n".join(lines) + "\n")
+
+
+def write_ids(root: Path, categories: list[str], limit: int | None) -> dict[str, int]:
+    """BFCL's test_case_ids_to_generate.json: the first `limit` ids of each category."""
+    from bfcl_eval.utils import load_dataset_entry
+
+    ids = {}
+    for cat in categories:
+        entries = load_dataset_entry(CATEGORIES[cat])
+        ids[CATEGORIES[cat]] = [e["id"] for e in entries[:limit]]
+    (root / "test_case_ids_to_generate.json").write_text(json.dumps(ids, indent=1))
+    return {cat: len(ids[CATEGORIES[cat]]) for cat in categories}
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=5)
+            return
+        except OSError:
+            time.sleep(1)
+    raise RuntimeError(f"{url} not ready after {timeout} s")
+
+
+def start(cmd: list[str], url: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    out = log.open("w")
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_ready(url, proc)
+    except BaseException:
+        proc.kill()
+        proc.wait(30)
+        raise
+    return proc
+
+
+def bfcl(root: Path, *argv: str) -> None:
+    """BFCL's own CLI, in this process (so the registrations hold)."""
+    from bfcl_eval.__main__ import cli
+
+    try:
+        cli([*argv], standalone_mode=False)
+    except SystemExit as exc:
+        if exc.code:
+            raise
+
+
+def run_model(root: Path, model: str, port: int, local_dir: Path) -> None:
+    write_env(root, port)
+    argv = ["generate", "--model", model, "--run-ids", "--allow-overwrite"]
+    if model != "augserve-chat":
+        argv += ["--skip-server-setup", "--local-model-path", str(local_dir)]
+    bfcl(root, *argv)
+
+
+def accuracies(root: Path, model: str, categories: list[str]) -> dict[str, tuple[float, int]]:
+    """Per category: BFCL's accuracy (percent) and the number of entries it scored."""
+    out = {}
+    for cat in categories:
+        files = list((root / "score" / model).rglob(f"BFCL_v4_{CATEGORIES[cat]}_score.json"))
+        if not files:
+            continue
+        head = json.loads(files[0].read_text().splitlines()[0])
+        out[cat] = (round(100.0 * float(head["accuracy"]), 2), int(head["total_count"]))
+    return out
+
+
+def provenance(cmd: list[str]) -> dict[str, Any]:
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    flags = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = " ".join(x for x in line.split(":")[1].split() if x.startswith("avx"))
+                break
+    return {
+        "command": " ".join(cmd),
+        "commit": commit,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "load_average": os.getloadavg(),
+        "cpu_flags": flags,
+        "bfcl_eval": "2026.3.23",
+    }
+
+
+def generate(
+    args: argparse.Namespace,
+    root: Path,
+    paths: list[str],
+    serve: list[str],
+    ref: list[str],
+    env: dict[str, str],
+    local_dir: Path,
+) -> None:
+    """The servers a run needs, and BFCL's generate for each path."""
+    procs = []
+    try:
+        if {"augserve-chat", "augserve-completions"} & set(paths):
+            health = f"http://127.0.0.1:{args.port}/health"
+            procs.append(start(serve, health, root / "serve.log", env))
+        if "reference" in paths:
+            procs.append(start(ref, f"http://127.0.0.1:{args.port + 1}/", root / "ref.log", env))
+        for model in paths:
+            port = args.port + 1 if model == "reference" else args.port
+            run_model(root, model, port, local_dir)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(30)
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gguf", type=Path, default=DEFAULT_GGUF)
+    ap.add_argument("--limit", type=int, default=None, help="first N entries per category")
+    ap.add_argument("--categories", default=",".join(CATEGORIES))
+    ap.add_argument("--port", type=int, default=8400, help="augserve; the reference: +1")
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--augserve-python", default="/work/main/.venv/bin/python")
+    ap.add_argument("--root", type=Path, default=Path("/tmp/augserve-bfcl"))
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--paths", default="augserve-chat,augserve-completions,reference")
+    ap.add_argument("--note", default=None, help="a note kept in the JSON (how it was run)")
+    ap.add_argument(
+        "--score-only", action="store_true", help="only evaluate the results already in --root"
+    )
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    cats = [c for c in args.categories.split(",") if c]
+    root = args.root.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    os.environ["BFCL_PROJECT_ROOT"] = str(root)  # read when bfcl_eval is imported
+    register(args.max_tokens)
+    counts = write_ids(root, cats, args.limit)
+    local_dir = root / "model"  # config + tokenizer for BFCL's handler (from the GGUF)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    prep = [args.augserve_python, "-c", PREP.format(gguf=str(args.gguf), out=str(local_dir))]
+    subprocess.run(prep, check=True, env=env)
+    serve = [args.augserve_python, "-m", "augserve", "serve", "--model", str(args.gguf)]
+    serve += ["--port", str(args.port), "--served-model-name", SERVED, str(local_dir)]
+    serve += ["--profile", "default"]  # no latency fit at start-up: accuracy only
+    ref = [sys.executable, str(HERE / "reference_server.py"), "--gguf", str(args.gguf)]
+    ref += ["--port", str(args.port + 1), "--max-new-tokens", str(args.max_tokens)]
+    paths = args.paths.split(",")
+    if not args.score_only:
+        generate(args, root, paths, serve, ref, env, local_dir)
+    for model in paths:
+        tests = ",".join(CATEGORIES[c] for c in cats)
+        bfcl(root, "evaluate", "--model", model, "--test-category", tests, "--partial-eval")
+    table = {m: accuracies(root, m, cats) for m in paths}
+    keys = {"augserve-chat": "augserve_chat", "augserve-completions": "augserve_completions"}
+    data = provenance(sys.argv) | {"model": args.gguf.name, "max_tokens_per_turn": args.max_tokens}
+    if args.note:
+        data["note"] = args.note
+    data["categories"] = {}
+    for c in cats:
+        row: dict[str, Any] = {keys.get(m, m): table[m].get(c, (None, 0))[0] for m in paths}
+        row["n"] = counts[c]
+        row["n_scored"] = {keys.get(m, m): table[m].get(c, (None, 0))[1] for m in paths}
+        data["categories"][c] = row
+    print(json.dumps(data["categories"], indent=1))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(data, indent=1) + "\n")
+    return 0
+
+
+PREP = """
+from pathlib import Path
+import shutil
+from augserve.engine.gguf_dir import gguf_model_dir
+d = gguf_model_dir("{gguf}")
+out = Path("{out}")
+out.mkdir(exist_ok=True)
+for f in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+    if (d / f).is_file():
+        shutil.copy(d / f, out / f)
+"""
+
+if __name__ == "__main__":
+    sys.exit(main())

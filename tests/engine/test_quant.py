@@ -1,0 +1,160 @@
+"""GGUF weights kept quantized (engine/quant.py, engine/gguf_quant.py): per GGUF type,
+QuantLinear against a dequantize-then-matmul reference (the `gguf` package's own
+dequantization); the exact types are exact; a GGUF model loaded quantized generates
+what its dequantized fp32 load generates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+
+from augserve.engine.gguf_loader import GGUFWeights
+from augserve.engine.gguf_quant import EXACT_INT4, qtensor_from_gguf
+from augserve.engine.kv_cache import KVCacheConfig
+from augserve.engine.make_model import make_model
+from augserve.engine.model_runner import ModelRunner, RunnerConfig
+from augserve.engine.quant import QuantEmbedding, QuantLinear, quantize_int8
+from augserve.engine.resolve import resolve_model
+from tests.engine.gguf_helpers import write_gguf
+from tests.engine.helpers import run_greedy
+
+N, K = 96, 512  # K: two 256-value super-blocks per row
+QUANTIZABLE = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0)  # the gguf package quantizes these
+K_QUANTS = (Q.Q4_K, Q.Q5_K, Q.Q6_K)  # these it only dequantizes: random blocks here
+# (offset, count) of each block's fp16 scale fields: random bytes there could be inf/NaN
+FP16_FIELDS = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208, 1)}
+
+
+def _weight(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((N, K)).astype(np.float32) / K**0.5
+
+
+def _random_k_blocks(qtype: Q, seed: int) -> np.ndarray:
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, (N * K // block, size), dtype=np.uint8)
+    at, count = FP16_FIELDS[qtype]
+    d = rng.uniform(1e-3, 5e-3, (blocks.shape[0], count)).astype(np.float16)
+    blocks[:, at : at + 2 * count] = d.view(np.uint8)
+    return blocks.reshape(-1)
+
+
+def _raw(qtype: Q, seed: int = 0) -> np.ndarray:
+    if qtype in K_QUANTS:
+        return _random_k_blocks(qtype, seed)
+    return np.asarray(gguf.quants.quantize(_weight(seed), qtype)).reshape(-1)
+
+
+def _reference(raw: np.ndarray, qtype: Q) -> torch.Tensor:
+    w = gguf.quants.dequantize(raw, qtype).astype(np.float32).reshape(N, K)
+    return torch.from_numpy(np.ascontiguousarray(w))
+
+
+def _linear(raw: np.ndarray, qtype: Q, act: torch.dtype) -> QuantLinear:
+    layer = QuantLinear(K, N, False, act)
+    layer.set_weight(qtensor_from_gguf(raw, int(qtype), (N, K)))
+    return layer
+
+
+@pytest.mark.parametrize("qtype", QUANTIZABLE + K_QUANTS, ids=lambda q: q.name)
+def test_quant_linear_matches_dequantize_then_matmul(qtype: Q) -> None:
+    raw = _raw(qtype)
+    w = _reference(raw, qtype)
+    x = torch.randn(5, K, generator=torch.Generator().manual_seed(1))
+    want = x @ w.T
+    qt = qtensor_from_gguf(raw, int(qtype), (N, K))
+    got = _linear(raw, qtype, torch.float32)(x)
+    err = (got - want).abs().max().item() / want.abs().max().item()
+    if int(qtype) in EXACT_INT4:
+        assert qt.bits == 4 and qt.group == 32
+        assert torch.allclose(qt.dequantize(), w, rtol=1e-6, atol=1e-7)  # exact but rounding
+        assert err < 1e-5, err
+    else:  # requantized to int8 per channel: within half a step of each row's scale
+        assert qt.bits == 8
+        step = w.abs().amax(dim=1, keepdim=True) / 127
+        assert bool(((qt.dequantize() - w).abs() <= step / 2 * (1 + 1e-5)).all())
+        assert 1e-7 < err < 2e-2, err
+    bf16 = _linear(raw, qtype, torch.bfloat16)(x.bfloat16()).float()
+    assert (bf16 - want).abs().max().item() / want.abs().max().item() < 3e-2
+
+
+def test_int8_requantization_error_is_half_a_step() -> None:
+    w = torch.from_numpy(_weight(5))
+    qt = quantize_int8(w)
+    step = w.abs().amax(dim=1, keepdim=True) / 127
+    assert bool(((qt.dequantize() - w).abs() <= step / 2 * (1 + 1e-5)).all())
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0], ids=lambda q: q.name)
+def test_quant_embedding_rows_are_the_files_rows(qtype: Q) -> None:
+    raw = _raw(qtype, seed=2)
+    emb = QuantEmbedding(N, K, torch.float32)
+    emb.set_raw(raw, int(qtype))
+    ids = torch.tensor([[3, 0, 95], [7, 7, 1]])
+    assert torch.equal(emb(ids), _reference(raw, qtype)[ids])
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model("llama", "tiny", tmp_path_factory.mktemp("q") / "m", seed=3, untied=True)
+
+
+def _runner(model: str, dtype: str, quantize: bool) -> ModelRunner:
+    kv = KVCacheConfig(block_size=8, num_device_blocks=64)
+    cfg = RunnerConfig(model, dtype, "cpu", kv, compile=False, prepack=False, quantize=quantize)
+    return ModelRunner(cfg)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
+def test_gguf_model_quantized_generates_as_dequantized(
+    llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtype: Q
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=qtype))
+    ref, got = _runner(model, "fp32", False), _runner(model, "fp32", True)
+    assert got.quantized and not ref.quantized
+    layers = [m for m in got.model.modules() if isinstance(m, QuantLinear)]
+    assert len(layers) == 2 * 4 + 1  # qkv, o, gate_up, down in each of 2 layers; LM head
+    assert {m.bits for m in layers} == {4 if qtype in (Q.Q4_0, Q.Q4_1) else 8}
+    prompts = [[5, 17, 42, 99, 7], [300, 301], list(range(40, 70))]
+    assert run_greedy(got, prompts, 12) == run_greedy(ref, prompts, 12)
+
+
+def test_auto_dtype_quantizes_gguf_on_request_but_not_hf_dirs(
+    llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("AUGSERVE_QUANT", raising=False)
+    kv0 = KVCacheConfig(block_size=8, num_device_blocks=16)
+    model0 = resolve_model(write_gguf(llama_dir, tmp_path / "m0.gguf", qtype=Q.Q4_0))
+    assert not ModelRunner(RunnerConfig(model0, None, "cpu", kv0, compile=False)).quantized
+    monkeypatch.setenv("AUGSERVE_QUANT", "1")  # opt-in until measured (quant_select.py)
+    model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0))
+    kv = KVCacheConfig(block_size=8, num_device_blocks=16)
+    auto = ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False))
+    assert auto.quantized and auto.dtype == torch.bfloat16
+    assert not ModelRunner(RunnerConfig(model, "bf16", "cpu", kv, compile=False)).quantized
+    assert not ModelRunner(RunnerConfig(str(llama_dir), None, "cpu", kv, compile=False)).quantized
+    monkeypatch.setenv("AUGSERVE_QUANT", "0")
+    assert not ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
+    with pytest.raises(ValueError, match="quantize"):
+        RunnerConfig(str(llama_dir), None, "cpu", kv, quantize=True) and ModelRunner(
+            RunnerConfig(str(llama_dir), None, "cpu", kv, quantize=True)
+        )
+
+
+def test_get_quant_undoes_the_qk_permutation(
+    llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0)
+    src = GGUFWeights(f, progress=False)
+    for name in (
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.1.self_attn.k_proj.weight",
+    ):
+        assert torch.allclose(src.get_quant(name).dequantize(), src.get(name), atol=1e-6)
