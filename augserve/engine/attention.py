@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 try:  # optional fused paged-attention kernel (CUDA only)
-    from flash_attn import flash_attn_with_kvcache as _flash_kvcache
+    from flash_attn import flash_attn_with_kvcache as _flash_kvcache  # type: ignore[import-not-found]
 except Exception:  # noqa: BLE001 - any import failure means "not available"
     _flash_kvcache = None
 
@@ -213,7 +213,8 @@ def _decode(
             q.unsqueeze(1), k_cache, v_cache, cache_seqlens=lens.to(torch.int32),
             block_table=tables.to(torch.int32), softmax_scale=scale, causal=True,
         )  # fmt: skip
-        return out.squeeze(1)
+        squeezed: torch.Tensor = out.squeeze(1)
+        return squeezed
     if _use_gather_sdpa(q.device, q.dtype):
         return decode_reference(q, k_cache, v_cache, tables, lens, scale)
     if torch.compiler.is_compiling():  # traced into a larger compiled graph

@@ -203,7 +203,7 @@ class GGUFWeights:
             progress = self.path.stat().st_size >= PROGRESS_MIN_BYTES
         self._bar: Any = None
         if progress:
-            from tqdm import tqdm
+            from tqdm import tqdm  # type: ignore[import-untyped]
 
             self._bar = tqdm(
                 total=len(self._tensors), desc=f"loading {self.path.name}", unit="tensor"

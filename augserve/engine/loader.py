@@ -75,7 +75,8 @@ class WeightSource:
             if not f.is_file():
                 raise FileNotFoundError(f"missing weight shard: {f}")
             self._handles[f] = safe_open(str(f), framework="pt")
-        return self._handles[f].get_tensor(name)
+        tensor: torch.Tensor = self._handles[f].get_tensor(name)
+        return tensor
 
     def first(self, *names: str) -> torch.Tensor:
         """The first of `names` present (for checkpoints with varying prefixes)."""

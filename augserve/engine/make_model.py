@@ -259,7 +259,8 @@ def _random_tensor(name: str, shape: tuple[int, ...], gen: torch.Generator) -> t
         return 1.0 + torch.randn(shape, generator=gen) * 0.1
     if "embed" in name or "wte" in name:
         return torch.randn(shape, generator=gen)
-    return torch.randn(shape, generator=gen) / shape[1] ** 0.5
+    fan_in_sqrt: float = shape[1] ** 0.5
+    return torch.randn(shape, generator=gen) / fan_in_sqrt
 
 
 def make_model(

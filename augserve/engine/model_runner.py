@@ -8,6 +8,7 @@ samples one token for each chunk with `sample=True`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -290,7 +291,7 @@ class ModelRunner:
             out = self._graphs.run(inp.input_ids, inp.positions, meta)
             if out is not None:
                 return out
-        fwd = self.model
+        fwd: Callable[..., torch.Tensor] = self.model
         if self._decode_forward is not None and not meta.prefills:
             fwd = self._decode_forward
             mark_dynamic(inp.input_ids, inp.positions, meta.slot_mapping, meta.decode_ctx_lens)

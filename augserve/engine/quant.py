@@ -67,7 +67,10 @@ class QTensor:
     def rows(self, index: np.ndarray) -> QTensor:
         """The rows `index` (a permutation of output channels), in that order."""
         idx = torch.from_numpy(np.ascontiguousarray(index))
-        pick = lambda t: None if t is None else t[idx]  # noqa: E731
+
+        def pick(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[idx]
+
         return replace(self, q=self.q[idx], scale=pick(self.scale), zero=pick(self.zero))
 
 
@@ -174,7 +177,8 @@ class QuantLinear(nn.Module):
         y = y.to(x.dtype)
         if self.bias is not None:
             y = y + self.bias
-        return y.reshape(*shape[:-1], self.out_features)
+        out: torch.Tensor = y.reshape(*shape[:-1], self.out_features)
+        return out
 
     def extra_repr(self) -> str:
         form = {4: f"int4 group {self.group}", 8: "int8 per channel", 16: "dense"}
@@ -215,7 +219,8 @@ class QuantEmbedding(nn.Module):
         if self.raw is None:
             raise RuntimeError("QuantEmbedding used before set_raw")
         rows = gguf_rows(self.raw, ids, self.qtype, self.embedding_dim)
-        return rows.to(self.dtype).reshape(*ids.shape, self.embedding_dim)
+        out: torch.Tensor = rows.to(self.dtype).reshape(*ids.shape, self.embedding_dim)
+        return out
 
     def weight_bytes(self) -> int:
         return 0 if self.raw is None else self.raw.numel()
@@ -249,7 +254,8 @@ def logical_numel(model: nn.Module) -> int:
 def weight_bytes(model: nn.Module) -> int:
     """Bytes of every parameter and quantized weight (what loading keeps resident)."""
     n = sum(p.numel() * p.element_size() for p in model.parameters())
-    return n + sum(m.weight_bytes() for m in quant_modules(model))
+    quantized: int = sum(m.weight_bytes() for m in quant_modules(model))
+    return n + quantized
 
 
 def load_linear(module: nn.Module, src: Any, names: Sequence[str], label: str) -> bool:

@@ -27,13 +27,13 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import vllm
-from vllm.logger import init_logger
-from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-from vllm.v1.core.sched.output import SchedulerOutput
-from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy
-from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.request import Request, RequestStatus
+import vllm  # type: ignore[import-not-found,unused-ignore]
+from vllm.logger import init_logger  # type: ignore[import-not-found,unused-ignore]
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # type: ignore[import-not-found,unused-ignore]
+from vllm.v1.core.sched.output import SchedulerOutput  # type: ignore[import-not-found,unused-ignore]
+from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy  # type: ignore[import-not-found,unused-ignore]
+from vllm.v1.core.sched.scheduler import Scheduler  # type: ignore[import-not-found,unused-ignore]
+from vllm.v1.request import Request, RequestStatus  # type: ignore[import-not-found,unused-ignore]
 
 from augserve.core.request import ContextPolicy, Segment
 from augserve.integrations.bridge import EngineFacts, PolicyBridge
@@ -257,8 +257,8 @@ class _AugServeMixin:
         for queue in queues:
             ordered = _positions(bridge.order((r.request_id for r in queue), now))
             items = sorted(queue, key=lambda r: ordered[r.request_id])
-            queue.clear()  # type: ignore[attr-defined]
-            queue.extend(items)  # type: ignore[attr-defined]
+            queue.clear()  # type: ignore[attr-defined,unused-ignore]
+            queue.extend(items)  # type: ignore[attr-defined,unused-ignore]
             candidates += [r.request_id for r in items]
         return candidates
 
@@ -267,9 +267,9 @@ def _positions(ids: Iterable[str]) -> dict[str, int]:
     return {rid: i for i, rid in enumerate(ids)}
 
 
-class AugServeScheduler(_AugServeMixin, AsyncScheduler):
+class AugServeScheduler(_AugServeMixin, AsyncScheduler):  # type: ignore[misc,unused-ignore]
     """vLLM's async scheduler with AugServe's ranking and dynamic budget."""
 
 
-class AugServeSyncScheduler(_AugServeMixin, Scheduler):
+class AugServeSyncScheduler(_AugServeMixin, Scheduler):  # type: ignore[misc,unused-ignore]
     """The same over vLLM's synchronous scheduler (vLLM turns async scheduling off)."""

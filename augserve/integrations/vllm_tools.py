@@ -28,11 +28,11 @@ import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from vllm import SamplingParams
-from vllm.engine.protocol import StreamingInput
-from vllm.inputs import TokensPrompt
-from vllm.outputs import RequestOutput
-from vllm.sampling_params import RequestOutputKind
+from vllm import SamplingParams  # type: ignore[import-not-found,unused-ignore]
+from vllm.engine.protocol import StreamingInput  # type: ignore[import-not-found,unused-ignore]
+from vllm.inputs import TokensPrompt  # type: ignore[import-not-found,unused-ignore]
+from vllm.outputs import RequestOutput  # type: ignore[import-not-found,unused-ignore]
+from vllm.sampling_params import RequestOutputKind  # type: ignore[import-not-found,unused-ignore]
 
 from augserve.core.request import Segment
 

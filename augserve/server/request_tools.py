@@ -56,8 +56,8 @@ class CallExecutor:
 
 
 def _check_schema(tool: ToolDef, i: int) -> None:
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
+    from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+    from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 
     params = tool.function.parameters
     if params is None:

@@ -221,7 +221,7 @@ def sampling_params(
             stop_token_ids=tuple(stop_token_ids or ()),
             ignore_eos=req.ignore_eos,
             min_tokens=req.min_tokens or 0,
-            logit_bias=logit_bias(req.logit_bias, vocab_size),
+            logit_bias=tuple(logit_bias(req.logit_bias, vocab_size).items()),
             repetition_penalty=req.repetition_penalty or 1.0,
             presence_penalty=req.presence_penalty or 0.0,
             frequency_penalty=req.frequency_penalty or 0.0,

@@ -276,7 +276,7 @@ class ToolsConfig:
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{p}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
         else:
-            import yaml
+            import yaml  # type: ignore[import-untyped]
 
             try:
                 data = yaml.safe_load(text)

@@ -80,8 +80,8 @@ class RegisteredTool:
 
 
 def _validator(name: str, schema: dict[str, Any], strict: bool) -> Any:
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
+    from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+    from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 
     try:
         Draft202012Validator.check_schema(schema)

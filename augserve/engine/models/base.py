@@ -29,7 +29,12 @@ def cfg_get(hf: dict[str, Any], key: str, kind: type, default: Any = _MISSING) -
         val = float(val)
     if not isinstance(val, kind) or (kind is int and isinstance(val, bool)):
         raise ValueError(f"config.json: field {key!r} must be {kind.__name__}, got {val!r}")
-    if kind in (int, float) and val <= 0 and key not in ("bos_token_id", "eos_token_id"):
+    if (
+        kind in (int, float)
+        and isinstance(val, (int, float))
+        and val <= 0
+        and key not in ("bos_token_id", "eos_token_id")
+    ):
         raise ValueError(f"config.json: field {key!r} must be > 0, got {val!r}")
     return val
 
@@ -59,7 +64,7 @@ class CausalLM(nn.Module, ABC):
     logits_prepacked: bool = False  # the tied LM head runs through its packed copy
 
     @abstractmethod
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -52,7 +52,8 @@ class GPTJAttnOut(nn.Module):
         self.o_proj = Linear(c["hidden"], c["hidden"], bias=False)
 
     def forward(self, x: torch.Tensor, attn: torch.Tensor, mlp: torch.Tensor) -> torch.Tensor:
-        return x + self.o_proj(attn) + mlp
+        proj: torch.Tensor = self.o_proj(attn)
+        return x + proj + mlp
 
 
 def parse_gptj_config(hf: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +95,7 @@ class GPTJForCausalLM(CausalLM):
         self.ln_f = nn.LayerNorm(c["hidden"], eps=c["eps"])
         self.lm_head = Linear(c["hidden"], c["vocab"])
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
@@ -106,10 +107,12 @@ class GPTJForCausalLM(CausalLM):
         cos_sin = self.rotary.cos_sin(positions, x.dtype)
         for i, block in enumerate(self.h):
             x = block(x, cos_sin, meta, k_caches[i], v_caches[i])
-        return self.ln_f(x)
+        out: torch.Tensor = self.ln_f(x)
+        return out
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden)
+        logits: torch.Tensor = self.lm_head(hidden)
+        return logits
 
     def load_weights(self, src: WeightSource) -> None:
         load_param(self.wte.weight, src.get("transformer.wte.weight"), "transformer.wte.weight")
@@ -118,7 +121,9 @@ class GPTJForCausalLM(CausalLM):
             load_param(mod.bias, src.get(name + ".bias"), name + ".bias")
         for i, block in enumerate(self.h):
             p = f"transformer.h.{i}."
-            a, o = block.attn_in, block.attn_out
+            layer = cast(DecoderLayer, block)
+            a = cast(GPTJAttnIn, layer.attn_in)
+            o = cast(GPTJAttnOut, layer.attn_out)
             qkv = torch.cat([src.get(f"{p}attn.{n}_proj.weight") for n in "qkv"])
             load_param(a.qkv_proj.weight, qkv, p + "attn.qkv_proj.weight")
             load_param(o.o_proj.weight, src.get(p + "attn.out_proj.weight"), p + "attn.out_proj")

@@ -103,7 +103,8 @@ class DecoderLayer(nn.Module):
         q, k, v, *extra = self.attn_in(x, cos, sin)
         attn = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale).flatten(1)
         mark_dynamic(attn, *extra)
-        return self.attn_out(x, attn, *extra)
+        out: torch.Tensor = self.attn_out(x, attn, *extra)
+        return out
 
 
 def split_qkv(
@@ -112,7 +113,7 @@ def split_qkv(
     """[T, (H + 2 kvH) D] -> q [T, H, D], k [T, kvH, D], v [T, kvH, D] (views). Viewed
     as heads first, then split: a view of a split would guard on T != 1 when compiled."""
     per_head = qkv.view(qkv.shape[0], heads + 2 * kv_heads, head_dim)
-    q, k, v = per_head.split([heads, kv_heads, kv_heads], dim=1)
+    q, k, v = per_head.split([heads, kv_heads, kv_heads], dim=1)  # type: ignore[no-untyped-call]
     return q, k, v
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -65,7 +65,8 @@ class LlamaAttnOut(nn.Module):
         else:
             gate, up = gate_up.chunk(2, dim=-1)
             act = self.act(gate) * up
-        return x + self.down_proj(act)
+        down: torch.Tensor = self.down_proj(act)
+        return x + down
 
 
 def parse_llama_config(hf: dict[str, Any]) -> dict[str, Any]:
@@ -126,7 +127,7 @@ class LlamaForCausalLM(CausalLM):
         self.norm = RMSNorm(c["hidden"], c["eps"])
         self.lm_head = None if c["tie"] else Linear(c["hidden"], c["vocab"], bias=False)
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
@@ -138,11 +139,13 @@ class LlamaForCausalLM(CausalLM):
         cos_sin = self.rotary.cos_sin(positions, x.dtype)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos_sin, meta, k_caches[i], v_caches[i])
-        return self.norm(x)
+        out: torch.Tensor = self.norm(x)
+        return out
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is not None:
-            return self.lm_head(hidden)
+            logits: torch.Tensor = self.lm_head(hidden)
+            return logits
         return linear(hidden, self.embed_tokens.weight, None, self.logits_prepacked)
 
     def tied_head(self) -> torch.Tensor | None:
@@ -176,18 +179,20 @@ class LlamaForCausalLM(CausalLM):
                     self.lm_head.weight, w if w is not None else self.embed_tokens.weight, "lm_head"
                 )
         for i, layer in enumerate(self.layers):
-            self._load_layer(layer, src, f"model.layers.{i}.")
+            self._load_layer(cast(DecoderLayer, layer), src, f"model.layers.{i}.")
 
     def _load_matrix(
         self, module: nn.Module, src: WeightSource, names: list[str], label: str
     ) -> None:
         """The weight of a (fused) projection: the tensors `names` stacked along rows."""
         if not load_linear(module, src, names, label):
-            load_param(module.weight, torch.cat([src.get(n) for n in names]), label)
+            weight = cast(torch.Tensor, module.weight)
+            load_param(weight, torch.cat([src.get(n) for n in names]), label)
 
     def _load_layer(self, layer: DecoderLayer, src: WeightSource, p: str) -> None:
         a = p + "self_attn."
-        attn, out = layer.attn_in, layer.attn_out
+        attn = cast(LlamaAttnIn, layer.attn_in)
+        out = cast(LlamaAttnOut, layer.attn_out)
         qkv = [f"{a}{n}_proj.weight" for n in "qkv"]
         self._load_matrix(attn.qkv_proj, src, qkv, a + "qkv_proj.weight")
         if attn.qkv_proj.bias is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -109,7 +109,7 @@ class OPTForCausalLM(CausalLM):
         self.final_layer_norm = nn.LayerNorm(c["hidden"]) if c["final_ln"] else None
         self.lm_head = None if c["tie"] else Linear(c["hidden"], c["vocab"], bias=False)
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
@@ -117,14 +117,20 @@ class OPTForCausalLM(CausalLM):
         k_caches: list[torch.Tensor],
         v_caches: list[torch.Tensor],
     ) -> torch.Tensor:
-        x = self.embed_tokens(input_ids) + self.embed_positions(positions + POS_OFFSET)
+        x: torch.Tensor = self.embed_tokens(input_ids) + self.embed_positions(
+            positions + POS_OFFSET
+        )
         for i, layer in enumerate(self.layers):
             x = layer(x, None, meta, k_caches[i], v_caches[i])
-        return x if self.final_layer_norm is None else self.final_layer_norm(x)
+        if self.final_layer_norm is None:
+            return x
+        out: torch.Tensor = self.final_layer_norm(x)
+        return out
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is not None:
-            return self.lm_head(hidden)
+            logits: torch.Tensor = self.lm_head(hidden)
+            return logits
         return linear(hidden, self.embed_tokens.weight, None, self.logits_prepacked)
 
     def tied_head(self) -> torch.Tensor | None:
@@ -146,12 +152,13 @@ class OPTForCausalLM(CausalLM):
             )
             load_param(self.final_layer_norm.bias, get("final_layer_norm.bias"), "final_layer_norm")
         for i, layer in enumerate(self.layers):
-            self._load_layer(layer, get, f"layers.{i}.")
+            self._load_layer(cast(DecoderLayer, layer), get, f"layers.{i}.")
 
     @staticmethod
     def _load_layer(layer: DecoderLayer, get: Any, p: str) -> None:
         a = p + "self_attn."
-        attn, out = layer.attn_in, layer.attn_out
+        attn = cast(OPTAttnIn, layer.attn_in)
+        out = cast(OPTAttnOut, layer.attn_out)
         qkv = torch.cat([get(f"{a}{n}_proj.weight") for n in "qkv"])
         load_param(attn.qkv_proj.weight, qkv, a + "qkv_proj.weight")
         load_param(out.out_proj.weight, get(a + "out_proj.weight"), a + "out_proj.weight")
