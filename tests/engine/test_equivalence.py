@@ -10,6 +10,7 @@ started and finishes must be identical.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,32 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, LatencyProfil
     return model, profile
 
 
+def run_both(
+    model: Path,
+    profile: LatencyProfile,
+    config: SchedulerConfig,
+    make_trace: Callable[[], list[Request]],
+    make_predictor: Callable[[], Any],
+) -> tuple[Log, Log, LLMEngine, list[Request]]:
+    """The trace in the simulator and on the engine (a virtual clock): both logs, the
+    engine and its requests; every request finished in both."""
+    sim_log = Log()
+    sim = simulate(make_trace(), profile, config, window=1e6, predictor=make_predictor(),
+                   observer=sim_log, check=True)  # fmt: skip
+    assert len(sim.finished) == len(sim.requests)
+    runner = ModelRunner.from_dir(
+        model, "fp32", block_size=BLOCK, num_device_blocks=24, num_host_blocks=12
+    )
+    engine = LLMEngine(runner, config, Tokenizer(model), profile, make_predictor())
+    eng_log = Log()
+    requests = make_trace()
+    arrivals, clipped = trace_arrivals(engine, requests)
+    stats = TraceDriver(engine, VirtualClock(profile, BLOCK), observer=eng_log).run(arrivals)
+    assert clipped == 0 and not stats.stalled
+    assert all(r.is_finished and r.finish_reason.value == "stop" for r in requests)
+    return sim_log, eng_log, engine, requests
+
+
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_engine_on_a_virtual_clock_decides_as_the_simulator(
     setup: tuple[Path, LatencyProfile], policy: str
@@ -90,22 +117,7 @@ def test_engine_on_a_virtual_clock_decides_as_the_simulator(
     model, profile = setup
     config = scheduler_config_for(profile, policy, block_size=BLOCK, swap_budget_blocks=2)
     assert (config.num_device_blocks, config.num_host_blocks) == (24, 12)
-
-    sim_log = Log()
-    sim = simulate(trace(), profile, config, window=1e6, predictor=OraclePredictor(),
-                   observer=sim_log, check=True)  # fmt: skip
-    assert len(sim.finished) == len(sim.requests)
-
-    runner = ModelRunner.from_dir(
-        model, "fp32", block_size=BLOCK, num_device_blocks=24, num_host_blocks=12
-    )
-    engine = LLMEngine(runner, config, Tokenizer(model), profile, OraclePredictor())
-    eng_log = Log()
-    requests = trace()
-    arrivals, clipped = trace_arrivals(engine, requests)
-    stats = TraceDriver(engine, VirtualClock(profile, BLOCK), observer=eng_log).run(arrivals)
-    assert clipped == 0 and not stats.stalled
-    assert all(r.is_finished and r.finish_reason.value == "stop" for r in requests)
+    sim_log, eng_log, _, _ = run_both(model, profile, config, trace, OraclePredictor)
 
     assert len(eng_log.steps) == len(sim_log.steps) > 30
     for k, (e, s) in enumerate(zip(eng_log.steps, sim_log.steps, strict=True)):
@@ -140,21 +152,7 @@ def test_overload_finishes_on_the_engine_as_in_the_simulator(
 
     model, profile = setup
     config = scheduler_config_for(profile, policy, block_size=BLOCK, swap_budget_blocks=2)
-    sim_log = Log()
-    sim = simulate(overload(), profile, config, window=1e6, predictor=OnlinePredictor(),
-                   observer=sim_log, check=True)  # fmt: skip
-    assert len(sim.finished) == len(sim.requests)
-
-    runner = ModelRunner.from_dir(
-        model, "fp32", block_size=BLOCK, num_device_blocks=24, num_host_blocks=12
-    )
-    engine = LLMEngine(runner, config, Tokenizer(model), profile, OnlinePredictor())
-    eng_log = Log()
-    requests = overload()
-    arrivals, clipped = trace_arrivals(engine, requests)
-    stats = TraceDriver(engine, VirtualClock(profile, BLOCK), observer=eng_log).run(arrivals)
-    assert clipped == 0 and not stats.stalled
-    assert all(r.is_finished and r.finish_reason.value == "stop" for r in requests)
+    sim_log, eng_log, engine, requests = run_both(model, profile, config, overload, OnlinePredictor)
     assert eng_log.steps == sim_log.steps
     s = engine.scheduler.stats()
     assert sum(s.preemptions.values()) > 0  # the pool was overloaded
