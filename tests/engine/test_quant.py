@@ -14,11 +14,12 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from augserve.engine.gguf_loader import GGUFWeights
-from augserve.engine.gguf_quant import EXACT_INT4, qtensor_from_gguf
+from augserve.engine.gguf_quant import EXACT_INT4, EXACT_INT8, qtensor_from_gguf
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.make_model import make_model
 from augserve.engine.model_runner import ModelRunner, RunnerConfig
-from augserve.engine.quant import QuantEmbedding, QuantLinear, quantize_int8
+from augserve.engine.quant import QTensor, QuantLinear, cat_rows, int8_planes, quantize_int8
+from augserve.engine.quant_embed import QuantEmbedding
 from augserve.engine.resolve import resolve_model
 from tests.engine.gguf_helpers import write_gguf
 from tests.engine.helpers import run_greedy
@@ -70,8 +71,8 @@ def test_quant_linear_matches_dequantize_then_matmul(qtype: Q) -> None:
     qt = qtensor_from_gguf(raw, int(qtype), (N, K))
     got = _linear(raw, qtype, torch.float32)(x)
     err = (got - want).abs().max().item() / want.abs().max().item()
-    if int(qtype) in EXACT_INT4:
-        assert qt.bits == 4 and qt.group == 32
+    if int(qtype) in EXACT_INT4 + EXACT_INT8:
+        assert (qt.bits, qt.group) == (4 if int(qtype) in EXACT_INT4 else 8, 32)
         assert torch.allclose(qt.dequantize(), w, rtol=1e-6, atol=1e-7)  # exact but rounding
         assert err < 1e-5, err
     else:  # requantized to int8 per channel: within half a step of each row's scale
@@ -90,7 +91,31 @@ def test_int8_requantization_error_is_half_a_step() -> None:
     assert bool(((qt.dequantize() - w).abs() <= step / 2 * (1 + 1e-5)).all())
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0], ids=lambda q: q.name)
+def test_int8_in_groups_is_two_int4_planes_exactly() -> None:
+    """q s + z == the sum of the planes, for every int8 value (-128..127) and a zero;
+    the linear layer on it (2 planes stacked) equals dequantize-then-matmul; int4 and
+    int8 parts of one fused projection meet in int8 groups, exactly."""
+    g = torch.Generator().manual_seed(4)
+    q = torch.arange(-128, 128, dtype=torch.int16).repeat(N, 2)[:, :K].to(torch.int8)
+    scale, zero = torch.rand(N, K // 32, generator=g) + 0.1, torch.randn(N, K // 32, generator=g)
+    qt = QTensor(q, scale, zero, 32, 8)
+    hi, lo = int8_planes(qt)
+    assert (hi.bits, lo.bits) == (4, 4) and int(hi.q.max()) <= 15 and int(lo.q.max()) <= 15
+    torch.testing.assert_close(hi.dequantize() + lo.dequantize(), qt.dequantize())
+    layer = QuantLinear(K, N, False, torch.float32)
+    layer.set_weight(QTensor(q, scale, None, 32, 8))
+    assert layer.planes == 2 and layer.bits == 4
+    x = torch.randn(3, K, generator=g)
+    want = x @ QTensor(q, scale, None, 32, 8).dequantize().T
+    assert ((layer(x) - want).abs().max() / want.abs().max()).item() < 1e-6  # fp32 rounding
+    int4 = qtensor_from_gguf(_raw(Q.Q4_1), int(Q.Q4_1), (N, K))
+    mixed = cat_rows([int4, QTensor(q, scale, None, 32, 8)])
+    assert (mixed.bits, mixed.group) == (8, 32)
+    want_w = torch.cat([int4.dequantize(), QTensor(q, scale, None, 32, 8).dequantize()])
+    torch.testing.assert_close(mixed.dequantize(), want_w)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0], ids=lambda q: q.name)
 def test_quant_embedding_rows_are_the_files_rows(qtype: Q) -> None:
     raw = _raw(qtype, seed=2)
     emb = QuantEmbedding(N, K, torch.float32)
@@ -120,7 +145,8 @@ def test_gguf_model_quantized_generates_as_dequantized(
     assert got.quantized and not ref.quantized
     layers = [m for m in got.model.modules() if isinstance(m, QuantLinear)]
     assert len(layers) == 2 * 4 + 1  # qkv, o, gate_up, down in each of 2 layers; LM head
-    assert {m.bits for m in layers} == {4 if qtype in (Q.Q4_0, Q.Q4_1) else 8}
+    assert {m.bits for m in layers} == {4}  # Q8_0: int8 groups as two int4 planes
+    assert {m.planes for m in layers} == {1 if qtype in (Q.Q4_0, Q.Q4_1) else 2}
     prompts = [[5, 17, 42, 99, 7], [300, 301], list(range(40, 70))]
     assert run_greedy(got, prompts, 12) == run_greedy(ref, prompts, 12)
 
