@@ -1,10 +1,15 @@
 """Decode steps of the quantized GGUF path, two source trees side by side (docs/engine-quant.md).
 
 Each tree (`--tree NAME=PATH`, a checkout of augserve: the code before and after a change)
-runs in its own subprocess with PYTHONPATH=PATH, rounds alternated (ABBA...), best of the
-rounds per tree: the time of a decode step of 1 and of 8 sequences (ModelRunner.execute,
-greedy, contexts of ~100 tokens), in process, no server. The ratio of the trees' best
-times is the figure; the absolute times on a shared machine mean little (load recorded).
+runs in its own subprocess with PYTHONPATH=PATH (`PATH,dense`: the GGUF file dequantized
+to bf16 instead, the path `--dtype bf16` loads), rounds alternated (ABBA...), best of the
+rounds per tree: the time of a decode step of 1 and of 8 sequences, and of a 512-token
+prefill (CPU time), (ModelRunner.execute,
+greedy, contexts of ~100 tokens), in process, no server: wall time and the process's CPU
+time (on a machine shared with other jobs the CPU time of a 1-thread run is the steadier
+measure of the work a step does: waiting for a core is not in it). The ratio of the
+trees' best times is the figure; the absolute times on a shared machine mean little
+(load recorded).
 
     python benchmarks/bench_quant_decode.py --tree before=/tmp/base --tree after=. \
         [--model smollm2|PATH.gguf] [--rounds 4] [--steps 40] [--threads 2]
@@ -25,16 +30,17 @@ import json, os, sys, time, torch
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.model_runner import ModelRunner, RunnerConfig, SeqChunk
 from augserve.engine.sampling_params import SamplingParams
-model, threads, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+model, threads, steps, dense = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 if model == "smollm2":
     from augserve.engine.smollm2 import smollm2_model_dir
     model = str(smollm2_model_dir())
 else:
     from augserve.engine.resolve import resolve_model
     model = str(resolve_model(model))
-kv = KVCacheConfig(block_size=16, num_device_blocks=8 * 16 + 8)
+kv = KVCacheConfig(block_size=16, num_device_blocks=8 * 16 + 40)
 t0 = time.perf_counter()
-r = ModelRunner(RunnerConfig(model, None, "cpu", kv, threads, compile=False, quantize=True))
+dtype = "bf16" if dense else None
+r = ModelRunner(RunnerConfig(model, dtype, "cpu", kv, threads, compile=False, quantize=not dense))
 load_s = time.perf_counter() - t0
 greedy = SamplingParams(temperature=0.0)
 out = {"load_s": load_s}
@@ -51,19 +57,28 @@ for b in (1, 8):
             pos[i] += 1
     for _ in range(5):
         step()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()
     out[f"step_ms_b{b}"] = 1e3 * (time.perf_counter() - t0) / steps
+    out[f"cpu_ms_b{b}"] = 1e3 * (time.process_time() - c0) / steps
+ids = [(13 * k) % 1000 + 10 for k in range(512)]
+best = float("inf")
+for _ in range(2):
+    c0 = time.process_time()
+    r.execute([SeqChunk("p", ids, 0, list(range(32, 64)), True, greedy)])
+    best = min(best, time.process_time() - c0)
+out["cpu_ms_prefill512"] = 1e3 * best
 print("RESULT " + json.dumps(out))
 """
 
 
 def run_tree(path: str, model: str, threads: int, steps: int) -> dict[str, float]:
+    path, _, mode = path.partition(",")
     env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
     env.pop("AUGSERVE_QUANT", None)
     p = subprocess.run(
-        [sys.executable, "-c", CHILD, model, str(threads), str(steps)],
+        [sys.executable, "-c", CHILD, model, str(threads), str(steps), str(int(mode == "dense"))],
         env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     for line in p.stdout.splitlines():
@@ -97,9 +112,9 @@ def main() -> None:
     first = trees[0][0]
     summary: dict[str, Any] = {"best": best, "loadavg": loads}
     for name, _ in trees[1:]:
-        for b in (1, 8):
-            k = f"step_ms_b{b}"
-            summary[f"speedup_b{b}_{name}_vs_{first}"] = best[first][k] / best[name][k]
+        for k in best[first]:
+            if k != "load_s":
+                summary[f"speedup_{k}_{name}_vs_{first}"] = best[first][k] / best[name][k]
     print(json.dumps(summary, indent=1))
     if a.out:
         Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), **summary}, indent=1))

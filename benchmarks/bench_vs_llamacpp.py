@@ -91,6 +91,24 @@ def decode_bytes_per_token(gguf_path: Path) -> int:
     return n + (sizes["token_embd.weight"] if "output.weight" not in sizes else 0)
 
 
+def kv_bytes(gguf_path: Path, tokens: int = 8192) -> int:
+    """Bytes of a 16-bit KV cache of `tokens` tokens (both servers hold 8192: augserve's
+    512 blocks of 16, llama.cpp's `-c 8192` in f16)."""
+    import gguf
+
+    r = gguf.GGUFReader(str(gguf_path))
+    arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
+
+    def val(key: str) -> int:
+        return int(r.fields[f"{arch}.{key}"].parts[-1][0])
+
+    heads, hidden = val("attention.head_count"), val("embedding_length")
+    kv_heads = (
+        val("attention.head_count_kv") if f"{arch}.attention.head_count_kv" in r.fields else heads
+    )
+    return val("block_count") * 2 * kv_heads * (hidden // heads) * 2 * tokens
+
+
 def rss_of(pid: int) -> int:
     with open(f"/proc/{pid}/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -257,6 +275,7 @@ def run_file(path: Path, llama: str | None, a: argparse.Namespace) -> list[dict[
             print(
                 name, path.name, "round", rnd, {k: round(v, 3) for k, v in got.items()}, flush=True
             )
+    print("greedy agreement over", a.agree_tokens, "tokens", flush=True)
     model_dir = Path(resolve_model(path))
     ids = ids_of(HELD_OUT * 2, model_dir, a.agree_tokens)
     ref = argmax_in_process(model_dir, ids, "fp32", a.threads)
@@ -266,10 +285,12 @@ def run_file(path: Path, llama: str | None, a: argparse.Namespace) -> list[dict[
     if llama:
         with Server(llama_cmd(llama, path, a.port + 1, a.threads), a.port + 1, Path(a.log)) as s:
             rows["llama.cpp"]["greedy_agreement_vs_fp32"] = agreement(argmax_llama(s.url, ids), ref)
-    bpt = decode_bytes_per_token(path)
+    bpt, kv = decode_bytes_per_token(path), kv_bytes(path)
     for row in rows.values():
         row["decode_bytes_per_token"] = bpt
         row["file_bytes"] = path.stat().st_size
+        row["kv_bytes_8192_tokens"] = kv
+        row["rss_over_file_plus_kv"] = row["rss_after_load_bytes"] / (row["file_bytes"] + kv)
     return list(rows.values())
 
 
@@ -284,6 +305,9 @@ def main() -> None:
     p.add_argument("--work", default="/tmp/augserve-vs-llamacpp")
     p.add_argument("--log", default="/tmp/augserve-vs-llamacpp/servers.log")
     p.add_argument("--out", default="docs/data/vs-llamacpp.json")
+    p.add_argument(
+        "--note", default="", help="recorded with the data (e.g. how busy the machine was)"
+    )
     a = p.parse_args()
     Path(a.work).mkdir(parents=True, exist_ok=True)
     from augserve.engine.smollm2 import ensure_smollm2_gguf
@@ -291,7 +315,7 @@ def main() -> None:
     llama = find_llama_server(a.llama_server)
     print("llama-server:", llama or "not found (augserve only)", flush=True)
     files = [ensure_smollm2_gguf()] + ([big_gguf(Path(a.work))] if a.big else [])
-    load0 = os.getloadavg()
+    load0, t_start = os.getloadavg(), time.perf_counter()
     bw = read_bandwidth_gbs()
     rows = []
     for f in files:
@@ -308,7 +332,7 @@ def main() -> None:
         threads=a.threads, llama_server=llama,
         cpu_flags=" ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni",
                                        "amx_tile") if f in cpu_flags()),
-        note="machine shared by other jobs: compare the ratios, not the absolute numbers",
+        wall_s=time.perf_counter() - t_start, note=a.note,
     )  # fmt: skip
     print("wrote", a.out)
 

@@ -151,21 +151,19 @@ def test_gguf_model_quantized_generates_as_dequantized(
     assert run_greedy(got, prompts, 12) == run_greedy(ref, prompts, 12)
 
 
-def test_auto_dtype_quantizes_gguf_on_request_but_not_hf_dirs(
+def test_auto_dtype_quantizes_gguf_but_not_hf_dirs(
     llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("AUGSERVE_QUANT", raising=False)
-    kv0 = KVCacheConfig(block_size=8, num_device_blocks=16)
-    model0 = resolve_model(write_gguf(llama_dir, tmp_path / "m0.gguf", qtype=Q.Q4_0))
-    assert not ModelRunner(RunnerConfig(model0, None, "cpu", kv0, compile=False)).quantized
-    monkeypatch.setenv("AUGSERVE_QUANT", "1")  # opt-in until measured (quant_select.py)
     model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0))
     kv = KVCacheConfig(block_size=8, num_device_blocks=16)
     auto = ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False))
     assert auto.quantized and auto.dtype == torch.bfloat16
     assert not ModelRunner(RunnerConfig(model, "bf16", "cpu", kv, compile=False)).quantized
     assert not ModelRunner(RunnerConfig(str(llama_dir), None, "cpu", kv, compile=False)).quantized
+    monkeypatch.setenv("AUGSERVE_QUANT", "1")
+    assert ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
     monkeypatch.setenv("AUGSERVE_QUANT", "0")
     assert not ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
     with pytest.raises(ValueError, match="quantize"):
@@ -184,3 +182,37 @@ def test_get_quant_undoes_the_qk_permutation(
         "model.layers.1.self_attn.k_proj.weight",
     ):
         assert torch.allclose(src.get_quant(name).dequantize(), src.get(name), atol=1e-6)
+
+
+def test_quantized_decode_step_dispatches_few_ops(llama_dir: Path, tmp_path: Path) -> None:
+    """A batch-1 decode step's ops, counted at torch's dispatcher (what costs
+    microseconds each at decode sizes, docs/engine-quant.md): per layer at most 52
+    (the quantized SmolLM2 path dispatched 90 a layer before: no-op casts, reshapes,
+    advanced-index gathers, a mask and SDPA for one query, rotary of q and k apart)."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from augserve.engine.model_runner import SeqChunk
+    from augserve.engine.sampling_params import SamplingParams
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: Counter[str] = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.ops[str(func.overloadpacket)] += 1
+            return func(*args, **(kwargs or {}))
+
+    model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0))
+    r = _runner(model, "bf16", True)
+    greedy = SamplingParams(temperature=0.0)
+    r.execute([SeqChunk("a", list(range(10, 30)), 0, [0, 1, 2, 3], True, greedy)])
+    with Count() as c:
+        r.execute([SeqChunk("a", [5], 20, [0, 1, 2, 3], True, greedy)])
+    layers = r.model.num_layers
+    assert c.ops["aten._weight_int4pack_mm_for_cpu"] == 4 * layers + 1  # + the LM head
+    assert c.ops["aten.index_select"] == 2 * layers + 2  # K, V gathers; embedding; sample row
+    assert c.ops["aten.scaled_dot_product_attention"] == 0 and c.ops["aten.index"] == 0
+    assert sum(c.ops.values()) <= 52 * layers + 40, c.ops
