@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from augserve.engine.quant_embed import QuantEmbedding
+from augserve.engine.quant_prefill import dequantize_packed, use_dequantized
 
 INT4_OFFSET = 8
 
@@ -215,7 +216,11 @@ class QuantLinear(nn.Module):
             raise RuntimeError("QuantLinear used before set_weight")
         act = packed.dtype if scales is None else scales.dtype
         xa = x if x.dtype == act else x.to(act)
-        if self.bits == 4:
+        y: torch.Tensor
+        if self.bits == 4 and use_dequantized(x.shape[0], packed.shape[0]):
+            assert scales is not None  # prefill-sized: quant_prefill.py
+            y = F.linear(xa, dequantize_packed(packed, scales, self.group))
+        elif self.bits == 4:
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(xa, packed, self.group, scales)
         elif self.bits == 8:
             y = torch.ops.aten._weight_int8pack_mm(xa, packed, scales)

@@ -213,6 +213,28 @@ def test_quantized_decode_step_dispatches_few_ops(llama_dir: Path, tmp_path: Pat
         r.execute([SeqChunk("a", [5], 20, [0, 1, 2, 3], True, greedy)])
     layers = r.model.num_layers
     assert c.ops["aten._weight_int4pack_mm_for_cpu"] == 4 * layers + 1  # + the LM head
-    assert c.ops["aten.index_select"] == 2 * layers + 2  # K, V gathers; embedding; sample row
+    assert c.ops["aten.index_select"] == 2 * layers + 4  # K, V; embedding, cos, sin, sampled row
     assert c.ops["aten.scaled_dot_product_attention"] == 0 and c.ops["aten.index"] == 0
-    assert sum(c.ops.values()) <= 52 * layers + 40, c.ops
+    assert sum(c.ops.values()) <= 52 * layers + 60, c.ops  # + embedding, sampling, rotary
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
+def test_prefill_sized_products_run_on_the_dequantized_weight(qtype: Q) -> None:
+    """From DEQUANT_ROWS rows on, the packed int4 weight is rebuilt (torch's packing read
+    right: a probe) and multiplied densely; the result is the dequantize-then-matmul
+    reference's, as the int4 kernel's is for fewer rows."""
+    from augserve.engine.quant_prefill import DEQUANT_ROWS, layout_ok, use_dequantized
+
+    n, k = 128, 512
+    w = np.random.default_rng(7).standard_normal((n, k)).astype(np.float32) / k**0.5
+    raw = np.asarray(gguf.quants.quantize(w, qtype)).reshape(-1)
+    ref_w = torch.from_numpy(gguf.quants.dequantize(raw, qtype).astype(np.float32).reshape(n, k))
+    layer = QuantLinear(k, n, False, torch.float32)
+    layer.set_weight(qtensor_from_gguf(raw, int(qtype), (n, k)))
+    assert layout_ok() and use_dequantized(DEQUANT_ROWS, layer.packed.shape[0])  # type: ignore[union-attr]
+    assert not use_dequantized(DEQUANT_ROWS - 1, n)
+    x = torch.randn(DEQUANT_ROWS + 3, k, generator=torch.Generator().manual_seed(2))
+    want = x @ ref_w.T
+    big, small = layer(x), torch.cat([layer(x[i : i + 8]) for i in range(0, len(x), 8)])
+    for got in (big, small):
+        assert ((got - want).abs().max() / want.abs().max()).item() < 1e-5

@@ -40,7 +40,8 @@ class LlamaAttnIn(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         h = rms_norm(x, self.input_layernorm.weight, self.input_layernorm.eps)
         nq, nkv = self.heads, self.kv_heads
-        per_head = self.qkv_proj(h).view(x.shape[0], nq + 2 * nkv, self.head_dim)
+        qkv: torch.Tensor = self.qkv_proj(h)
+        per_head = qkv.view(x.shape[0], nq + 2 * nkv, self.head_dim)
         qk, v = per_head.split([nq + nkv, nkv], dim=1)  # type: ignore[no-untyped-call]
         q, k = rope_neox(qk, cos, sin).split([nq, nkv], dim=1)  # type: ignore[no-untyped-call]
         return q, k, v
