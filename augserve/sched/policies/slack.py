@@ -32,11 +32,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from augserve.core.metrics import SLOConfig
 from augserve.core.request import Request
 from augserve.sched.policies.augserve import AugServePolicy
 from augserve.sched.ranking import HeapQueue, RankQueue
 from augserve.sched.rescue import RescueReserve
-from augserve.sched.slo import SLOTarget, slo_deadline
+from augserve.sched.slo import slo_deadline
 from augserve.sched.triage import TriageQueue
 
 
@@ -50,10 +51,10 @@ class SlackPolicy(AugServePolicy):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        paper, c = SLOTarget.for_latency(self.latency), self.config
-        self.target = SLOTarget(
-            paper.ttft if c.slo_ttft is None else c.slo_ttft,
-            paper.norm_latency if c.slo_norm_latency is None else c.slo_norm_latency,
+        paper, c = SLOConfig.from_iteration_time(self.latency.decode_iter_time()), self.config
+        self.target = SLOConfig(
+            paper.norm_latency_slo if c.slo_norm_latency is None else c.slo_norm_latency,
+            paper.ttft_slo if c.slo_ttft is None else c.slo_ttft,
         )
         own = self.config.slo_reserve
         rate = self.reserve if own is None else own
