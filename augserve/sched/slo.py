@@ -26,6 +26,7 @@ agrees with it.
 from __future__ import annotations
 
 import math
+
 from augserve.core.latency import LatencyModel
 from augserve.core.metrics import SLOConfig
 from augserve.core.request import Request
