@@ -17,8 +17,7 @@ from augserve.core.config import SchedulerConfig
 from augserve.core.request import ContextPolicy, Request, RequestStatus, Segment
 from augserve.predict.base import OraclePredictor
 from augserve.sched.policies.mars import MARSPolicy
-from augserve.sched.policies.mars_boost import BoostClock
-from augserve.sched.policies.mars_score import Round, ScoreParams, block_triangle, score
+from augserve.sched.policies.mars_rank import BoostClock, Round, ScoreParams, block_triangle, score
 from augserve.sched.scheduler import Scheduler
 
 P, D, S = ContextPolicy.PRESERVE, ContextPolicy.DISCARD, ContextPolicy.SWAP
