@@ -93,7 +93,7 @@ def check_invariants(
             or not r.host_block_ids,
             f"{r.request_id}: host blocks in {r.status}",
         )
-    for rid in sched.memory.reclaimable:
+    for rid in sched.kv.reclaimable:
         _check(sched.is_paused(rid), f"{rid}: reclaimable but not paused")
     if sched.queue is not None:
         for r in live:

@@ -11,7 +11,7 @@ A new request *continues* a session when it names the session's id
 (`Request.session_id`, the client's) or, failing that, when its prompt starts
 with the paused request's context (every token whose KV was computed, the last
 sampled token excluded); the longest such context wins. The continuation takes
-the paused request's KV over (`Scheduler._continue_session`), so only its new
+the paused request's KV over (`KVCacheManager.hand_over`), so only its new
 tokens are prefilled. Failing both, a prompt that starts with a session's first
 prompt is that conversation re-rendered (a chat template may write the call back
 differently from how the model wrote it): the session ends and its KV goes to the
@@ -22,7 +22,7 @@ server's hash of the API key, `sched/prefix_cache.py`): by id or by prompt, one
 tenant can neither continue nor end another's session. Client session ids are
 names within a tenant.
 
-Retention is soft: a session's device KV is always reclaimable (`MemoryManager`'s
+Retention is soft: a session's device KV is always reclaimable (`KVCacheManager`'s
 `soft` set), so admission can take it like any planned Swap / Discard, and a
 session expires `session_ttl` seconds after its call began (its KV goes to the
 prefix cache). Nothing here reads a clock: time is passed in.
@@ -117,16 +117,3 @@ def extends(old: Request, new: Request) -> bool:
     if old.cache_salt != new.cache_salt:  # another tenant's KV: never
         return False
     return new.token_ids[:n] == old.token_ids[:n]
-
-
-def take_over_kv(old: Request, new: Request, block_size: int) -> None:
-    """Move `old`'s KV (device prefix, host suffix) to `new`, whose prompt extends it
-    (`extends`); `new` then computes only its tokens after old's computed ones."""
-    n = old.num_computed_tokens
-    full = n // block_size
-    new.block_ids, old.block_ids = old.block_ids, []
-    new.host_block_ids, old.host_block_ids = old.host_block_ids, []
-    new.num_computed_tokens, old.num_computed_tokens = n, 0
-    new.num_hashed_blocks, old.num_hashed_blocks = old.num_hashed_blocks, 0
-    new.block_hashes = old.block_hashes[:full]  # hashes past the computed prefix may differ
-    new.num_cached_prompt_tokens = n  # reused KV: the usage's cached tokens

@@ -201,12 +201,12 @@ def test_infercept_rechooses_the_policy_with_the_remaining_call_time(reevaluate)
     # 100 tokens: Waste_P = 100 x remaining, Waste_S = 2 x 0.1 s x 10 tokens = 2: Preserve
     # wins once less than 0.02 s of the 2 s call remain, i.e. after t = 1.99
     sched.schedule(1.98)
-    assert a.context_policy is S and "a" in sched.memory.reclaimable
+    assert a.context_policy is S and "a" in sched.kv.reclaimable
     sched.schedule(1.995)
     if reevaluate:
-        assert a.context_policy is P and "a" not in sched.memory.reclaimable
+        assert a.context_policy is P and "a" not in sched.kv.reclaimable
     else:
-        assert a.context_policy is S and "a" in sched.memory.reclaimable
+        assert a.context_policy is S and "a" in sched.kv.reclaimable
 
 
 # --- AugServe: the remaining cost ------------------------------------------------------------

@@ -8,12 +8,13 @@ counts, queue time, the predictor's estimates).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
 from augserve.core.request import ContextPolicy, Request
-from augserve.sched.context_policy import choose_context_policy
+from augserve.sched.call_handling import CallHandling, MinWaste
+from augserve.sched.context_policy import min_waste_policy
 from augserve.sched.ranking import HeapQueue, RankQueue
 
 
@@ -40,12 +41,11 @@ class RankingPolicy:
     """
 
     name = "base"
-    discard_on_call = False  # vLLM: a call ends the request's stay, KV freed at once
-    requeue_on_return = False  # vLLM: a returned request joins the back of the queue
+    # what a call does to the KV (`sched/call_handling.py`), built once with the policy
+    call_handling: ClassVar[type[CallHandling]] = MinWaste
     uses_dynamic_budget = False  # AugServe: the token budget follows free + reclaimable KV
     needs_after_schedule = False  # the scheduler calls `after_schedule` only if set
     prefix_caching = True  # the prefix cache's default (`SchedulerConfig.enable_prefix_caching`)
-    owns_context_policy = False  # the policy chooses context policies (`call_policy`, `replan`)
     # `preempt_key` is a fixed order (arrival, predicted length): the lowest key always
     # progresses, so the protection rule of `sched/progress.py` is not needed
     fixed_preempt_order = True
@@ -69,13 +69,13 @@ class RankingPolicy:
         """The request finished or was aborted: drop its state."""
 
     def call_policy(self, req: Request, now: float) -> ContextPolicy:
-        """The context policy of the call the request just started (only asked where
-        `owns_context_policy`; INFERCEPT's min-waste choice otherwise)."""
+        """The context policy of the call the request just started (asked where the
+        policy's `call_handling` is `PolicyChooses`)."""
         raise NotImplementedError
 
     def replan(self, in_call: Mapping[str, Request], now: float) -> list[Request]:
         """Paused requests holding device KV whose KV may now be taken (planned Discard),
-        asked every iteration where `owns_context_policy`."""
+        asked every iteration where `call_handling` is `PolicyChooses`."""
         return []
 
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
@@ -126,12 +126,5 @@ class PlanningPolicy(RankingPolicy):
         """The min-waste policy for the predicted call (None when no call is predicted)."""
         if req.pred_call_time is None:
             return None
-        if self.config.forced_context_policy is not None:
-            return self.config.forced_context_policy
-        return choose_context_policy(
-            ctx_at_call,
-            req.pred_call_time,
-            max(0, self.load.running_tokens() - req.num_computed_tokens),
-            self.latency,
-            allow_swap=self.config.num_host_blocks > 0,
-        )
+        other = max(0, self.load.running_tokens() - req.num_computed_tokens)
+        return min_waste_policy(self.config, self.latency, ctx_at_call, req.pred_call_time, other)

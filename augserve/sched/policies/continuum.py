@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from augserve.core.request import ContextPolicy, Request, RequestStatus
+from augserve.sched.call_handling import PolicyChooses
 from augserve.sched.policies.base import RankingPolicy
 
 HISTORY = 256  # durations kept per tool
@@ -36,7 +37,7 @@ _QUEUE_EWMA = 0.2
 
 class ContinuumPolicy(RankingPolicy):
     name = "continuum"
-    owns_context_policy = True
+    call_handling = PolicyChooses
     needs_after_schedule = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from augserve.core.request import Request, RequestStatus
+from augserve.sched.call_handling import DiscardAtCall
 from augserve.sched.policies.base import RankingPolicy
 
 
@@ -16,8 +17,7 @@ class VLLMPolicy(RankingPolicy):
 
     name = "vllm"
     prefix_caching = False  # the paper's baseline, as the paper ran it
-    discard_on_call = True
-    requeue_on_return = True
+    call_handling = DiscardAtCall
 
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
         return (req.status is not RequestStatus.RUNNING, req.queue_time, req.request_id)
