@@ -74,7 +74,7 @@ class Scheduler:
         # progress rule 2 (`progress.py`): protection where the policy's preemption
         # order moves (a fixed order makes progress without it)
         self.protection = Protection(
-            None if policy.fixed_preempt_order else config.max_preemptions, policy.preempt_key
+            config.max_preemptions if policy.defaults.protection else None, policy.preempt_key
         )
         self.thrash = ThrashMeter(config.recompute_budget)
         self.dynamic_budget = uses_dynamic_budget(config)
@@ -203,9 +203,8 @@ class Scheduler:
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
         requests.requeue(packer.admitted, packer.preempted, now)
-        if self.policy.needs_after_schedule:
-            scheduled = {c.request.request_id for c in out.chunks}
-            self.policy.after_schedule(candidates, scheduled, now)
+        scheduled = {c.request.request_id for c in out.chunks}
+        self.policy.after_schedule(candidates, scheduled, now)
         kv.end()
         self.thrash.observe(kv.recomputed_tokens)
         return out

@@ -8,6 +8,7 @@ counts, queue time, the predictor's estimates).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from augserve.core.config import SchedulerConfig
@@ -31,6 +32,27 @@ class LoadView(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class PolicyDefaults:
+    """What a policy brings to three config knobs when the config leaves them open.
+
+    dynamic_budget: the token budget follows free + reclaimable KV (AugServe;
+        `SchedulerConfig.dynamic_budget`).
+    prefix_caching: `SchedulerConfig.enable_prefix_caching`'s default.
+    protection: the progress rule of `sched/progress.py` applies
+        (`SchedulerConfig.max_preemptions`); not needed where `preempt_key` is a fixed
+        order (arrival, predicted length): the lowest key always progresses.
+    """
+
+    dynamic_budget: bool = False
+    prefix_caching: bool = True
+    protection: bool = False
+
+
+# the paper's baselines and policy as the paper ran them: no prefix cache
+PAPER_DEFAULTS = PolicyDefaults(prefix_caching=False)
+
+
 class RankingPolicy:
     """Decides the order in which runnable requests are offered the batch.
 
@@ -43,12 +65,7 @@ class RankingPolicy:
     name = "base"
     # what a call does to the KV (`sched/call_handling.py`), built once with the policy
     call_handling: ClassVar[type[CallHandling]] = MinWaste
-    uses_dynamic_budget = False  # AugServe: the token budget follows free + reclaimable KV
-    needs_after_schedule = False  # the scheduler calls `after_schedule` only if set
-    prefix_caching = True  # the prefix cache's default (`SchedulerConfig.enable_prefix_caching`)
-    # `preempt_key` is a fixed order (arrival, predicted length): the lowest key always
-    # progresses, so the protection rule of `sched/progress.py` is not needed
-    fixed_preempt_order = True
+    defaults: ClassVar[PolicyDefaults] = PolicyDefaults()
 
     def __init__(self, config: SchedulerConfig, latency: LatencyModel, load: LoadView) -> None:
         self.config = config
@@ -110,8 +127,7 @@ class RankingPolicy:
     def after_schedule(
         self, candidates: Sequence[Request], scheduled: set[str], now: float
     ) -> None:
-        """Once per iteration with the runnable set and those that ran (if
-        `needs_after_schedule`)."""
+        """Once per iteration with the runnable set and the ids of those that ran."""
 
 
 def predicted_remaining(req: Request) -> float:

@@ -38,7 +38,6 @@ _QUEUE_EWMA = 0.2
 class ContinuumPolicy(RankingPolicy):
     name = "continuum"
     call_handling = PolicyChooses
-    needs_after_schedule = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

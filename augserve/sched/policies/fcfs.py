@@ -6,7 +6,7 @@ from typing import Any
 
 from augserve.core.request import Request, RequestStatus
 from augserve.sched.call_handling import DiscardAtCall
-from augserve.sched.policies.base import RankingPolicy
+from augserve.sched.policies.base import PAPER_DEFAULTS, PolicyDefaults, RankingPolicy
 
 
 class VLLMPolicy(RankingPolicy):
@@ -16,7 +16,7 @@ class VLLMPolicy(RankingPolicy):
     """
 
     name = "vllm"
-    prefix_caching = False  # the paper's baseline, as the paper ran it
+    defaults = PAPER_DEFAULTS
     call_handling = DiscardAtCall
 
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
@@ -29,11 +29,11 @@ class VLLMAPCPolicy(VLLMPolicy):
     back of the queue) whose prefix may hit."""
 
     name = "vllm-apc"
-    prefix_caching = True
+    defaults = PolicyDefaults()
 
 
 class InferceptPolicy(RankingPolicy):
     """INFERCEPT: FCFS by original arrival, also after a return; min-waste context policy."""
 
     name = "infercept"  # the base key: (queue time = original arrival, id)
-    prefix_caching = False  # the paper's baseline, as the paper ran it
+    defaults = PAPER_DEFAULTS

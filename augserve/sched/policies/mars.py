@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from augserve.core.request import ContextPolicy, Request, RequestStatus
-from augserve.sched.policies.base import PlanningPolicy
+from augserve.sched.policies.base import PAPER_DEFAULTS, PlanningPolicy
 from augserve.sched.policies.mars_queue import BOOSTED, WAITING, MARSQueue
 from augserve.sched.policies.mars_rank import (
     BLOCK,
@@ -44,8 +44,7 @@ _RUNNING = 1
 
 class MARSPolicy(PlanningPolicy):
     name = "mars"
-    prefix_caching = False  # the paper's baseline, as the paper ran it
-    needs_after_schedule = True
+    defaults = PAPER_DEFAULTS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -30,6 +30,7 @@ AugServe's under sustained overload, for a few percent of goodput
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from augserve.core.metrics import SLOConfig
@@ -43,7 +44,7 @@ from augserve.sched.triage import TriageQueue
 
 class SlackPolicy(AugServePolicy):
     name = "augserve-slo"
-    prefix_caching = True  # our policy: the prefix cache is one of our additions
+    defaults = replace(AugServePolicy.defaults, prefix_caching=True)  # one of our additions
     norm_triage = True  # also lost once the normalized-latency SLO is out of reach
     ahead = 1.0  # tokens expected after a predicted call, in units of the segment's rest
     reserve = 0.05  # rescues per second of the oldest lost requests (0: none)
@@ -59,7 +60,6 @@ class SlackPolicy(AugServePolicy):
         own = self.config.slo_reserve
         rate = self.reserve if own is None else own
         self.rescue = RescueReserve(rate) if rate > 0 else None
-        self.needs_after_schedule = self.rescue is not None
         growth = self.admit_growth if c.admit_growth is None else c.admit_growth
         self._growth = growth if growth > 0 else None
         self._queue: TriageQueue | None = None

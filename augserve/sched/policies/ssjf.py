@@ -14,12 +14,12 @@ from typing import Any
 
 from augserve.core.request import Request
 from augserve.sched.call_handling import DiscardAtCall, MinWaste
-from augserve.sched.policies.base import RankingPolicy, predicted_remaining
+from augserve.sched.policies.base import PAPER_DEFAULTS, RankingPolicy, predicted_remaining
 
 
 class SSJFPolicy(RankingPolicy):
     name = "ssjf"
-    prefix_caching = False  # the paper's baseline, as the paper ran it
+    defaults = PAPER_DEFAULTS
     call_handling = DiscardAtCall
 
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
