@@ -32,11 +32,21 @@ cached free memory.
 from __future__ import annotations
 
 from augserve.core.block_pool import BlockPool
+from augserve.core.config import SchedulerConfig
+from augserve.core.latency import LatencyModel
 from augserve.core.request import ContextPolicy, Request, RequestStatus
 from augserve.sched.output import SchedulerOutput
 from augserve.sched.prefix_cache import PrefixCache
 
 _EVICTABLE = (ContextPolicy.SWAP, ContextPolicy.DISCARD)
+
+
+def swap_budget(config: SchedulerConfig, latency: LatencyModel) -> int:
+    """Blocks swapped each way per iteration: the config's, else the tokens the host
+    link moves in one decode iteration."""
+    if config.swap_budget_blocks is not None:
+        return config.swap_budget_blocks
+    return max(1, latency.swap_tokens_per_iter() // config.block_size)
 
 
 def expected_return(req: Request) -> float:
@@ -62,6 +72,13 @@ class KVCacheManager:
         # computed tokens those takings threw away (to be computed again)
         self.preemptions = {"recompute": 0, "displace": 0}
         self.recomputed_tokens = 0
+
+    @classmethod
+    def for_config(
+        cls, config: SchedulerConfig, latency: LatencyModel, prefix_caching: bool
+    ) -> KVCacheManager:
+        pool = BlockPool(config.num_device_blocks, config.num_host_blocks, config.block_size)
+        return cls(pool, swap_budget(config, latency), prefix_caching)
 
     def begin(self, out: SchedulerOutput) -> None:
         """Start an iteration: moves go to `out`, swap budgets refill."""

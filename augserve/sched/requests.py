@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from augserve.core.request import Request, RequestStatus
 from augserve.sched.kv_manager import KVCacheManager
-from augserve.sched.output import SchedulerStats
+from augserve.sched.output import ScheduledChunk, SchedulerStats
 from augserve.sched.ranking import RankQueue
 from augserve.sched.sessions import SessionTable
 
@@ -68,10 +68,35 @@ class LiveRequests:
         self.drop_runnable(req)
         self.paused.pop(req.request_id, None)
 
+    def take_returned(
+        self, request_id: str, num_returned: int, token_ids: Sequence[int] | None
+    ) -> Request | None:
+        """The paused request whose call came back (None: aborted during its call)."""
+        req = self.paused.get(request_id)
+        if req is None:
+            if request_id in self.aborted_in_call:
+                self.aborted_in_call.discard(request_id)
+                return None
+            raise KeyError(f"request {request_id!r} is not paused in a call")
+        if token_ids is not None and len(token_ids) != num_returned:
+            raise ValueError(f"resume {request_id!r}: {len(token_ids)} ids for {num_returned}")
+        del self.paused[request_id]
+        return req
+
     def candidates(self) -> list[Request]:
         """What the packer ranks afresh: every runnable request, or with the queue the
         ones holding KV (the queue offers the others)."""
         return list((self.runnable if self.queue is None else self.held).values())
+
+    def scheduled(self, chunks: Sequence[ScheduledChunk], now: float) -> None:
+        """The chunks' requests run in the iteration decided at `now`."""
+        running = RequestStatus.RUNNING
+        for chunk in chunks:
+            req = chunk.request
+            req.status = running
+            req.last_scheduled_time = now
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
 
     def requeue(
         self, admitted: Sequence[Request], preempted: Sequence[Request], now: float

@@ -19,11 +19,17 @@ from collections.abc import Mapping, Sequence
 from augserve.core.block_pool import BlockPool
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
-from augserve.core.prediction import OnlineLearner, Prediction, Predictor, client_key
-from augserve.core.request import CallRecord, ContextPolicy, FinishReason, Request, RequestStatus
-from augserve.sched.budget import dynamic_token_budget
+from augserve.core.prediction import (
+    OnlineLearner,
+    Prediction,
+    Predictor,
+    apply_prediction,
+    client_key,
+)
+from augserve.core.request import CallRecord, FinishReason, Request, RequestStatus
+from augserve.sched.budget import token_budget
 from augserve.sched.call_handling import make_call_handling
-from augserve.sched.kv_manager import KVCacheManager
+from augserve.sched.kv_manager import KVCacheManager, swap_budget
 from augserve.sched.output import (
     FinishedRequest,
     SchedulerOutput,
@@ -39,7 +45,7 @@ from augserve.sched.prefix_cache import PrefixCache
 from augserve.sched.progress import Protection, ThrashMeter
 from augserve.sched.ranking import RankQueue
 from augserve.sched.requests import LiveRequests
-from augserve.sched.sessions import SessionTable, extends
+from augserve.sched.sessions import SessionTable
 
 
 class Scheduler:
@@ -61,11 +67,7 @@ class Scheduler:
         self.predictor = predictor
         # a predictor that learns from the scheduler's reports (the server's default)
         self.learner = predictor if isinstance(predictor, OnlineLearner) else None
-        pool = BlockPool(config.num_device_blocks, config.num_host_blocks, config.block_size)
-        swap_budget = config.swap_budget_blocks or max(
-            1, latency.swap_tokens_per_iter() // config.block_size
-        )
-        self.kv = KVCacheManager(pool, swap_budget, uses_prefix_caching(config))
+        self.kv = KVCacheManager.for_config(config, latency, uses_prefix_caching(config))
         self.policy = policy = make_policy(config, latency, self)
         self.calls = make_call_handling(
             policy, config, self.kv, latency, self.running_tokens, self.learner,
@@ -79,7 +81,9 @@ class Scheduler:
         self.thrash = ThrashMeter(config.recompute_budget)
         self.dynamic_budget = uses_dynamic_budget(config)
         self.requests = LiveRequests(policy.make_queue() if config.incremental_ranking else None)
-        self.sessions = SessionTable(config.session_ttl) if config.session_ttl > 0 else None
+        self.sessions: SessionTable | None = None  # paused client sessions (`sessions.py`)
+        if config.session_ttl > 0:
+            self.sessions = SessionTable(config.session_ttl, self.kv, self.learner)
         self._update = SchedulerUpdate()
         self._running_tokens = 0
         self._running_batch = 0
@@ -92,9 +96,7 @@ class Scheduler:
         refresh what was derived from them, the policy's decode iteration time and the
         swap budget when the config did not fix it."""
         self.policy.tau_iter = self.latency.decode_iter_time()
-        if self.config.swap_budget_blocks is None:
-            per_iter = self.latency.swap_tokens_per_iter() // self.config.block_size
-            self.kv.swap_budget_blocks = max(1, per_iter)
+        self.kv.swap_budget_blocks = swap_budget(self.config, self.latency)
 
     # --- queries -------------------------------------------------------------------
     @property
@@ -138,13 +140,8 @@ class Scheduler:
         return self._running_batch
 
     def token_budget(self) -> int:
-        cfg = self.config
-        if not self.dynamic_budget:
-            return cfg.max_batch_tokens
-        return dynamic_token_budget(
-            self.kv.pool.num_free_device, self.kv.reclaimable_blocks(), cfg.block_size,
-            cfg.max_batch_tokens, cfg.beta_low, cfg.beta_high,
-        )  # fmt: skip
+        free, reclaimable = self.kv.pool.num_free_device, self.kv.reclaimable_blocks()
+        return token_budget(self.config, self.dynamic_budget, free, reclaimable)
 
     def stats(self) -> SchedulerStats:
         return self.requests.stats(self.kv, self.sessions, self._last_budget)
@@ -165,11 +162,9 @@ class Scheduler:
             self._finish(req, FinishReason.ERROR, now)
             return self._take_update()
         if self.sessions is not None:
-            old = self.sessions.match(req.session_id, req.token_ids, req.cache_salt)
-            if old is not None:
-                self._continue_session(old, req, now)
-        self._apply_prediction(req, prediction)
-        self._peek_prefix(req)
+            self.sessions.continue_into(req, now, self._finish)
+        apply_prediction(req, prediction, self.predictor)
+        req.num_cached_tokens = self.kv.peek_computed_tokens(req)  # a cached prefix costs less
         self.policy.on_arrival(req, now)
         self.requests.add_runnable(req, now)
         return self._take_update()
@@ -182,8 +177,7 @@ class Scheduler:
         kv.begin(out)
         self._running_tokens, self._running_batch = requests.count_running()
         if self.sessions is not None:
-            for req in self.sessions.expired(now):
-                self._finish(req, FinishReason.ABORT, now)  # the client never came back
+            self.sessions.expire(now, self._finish)  # the client never came back
         self.calls.each_iteration(now, self._running_tokens)
         if not self.config.lazy_eviction:
             kv.evict_all_reclaimable()
@@ -195,13 +189,7 @@ class Scheduler:
         packer = Packer(kv, self.policy, self.config, candidates, now,
                         queue=requests.queue, protection=self.protection)  # fmt: skip
         out.chunks = packer.run(out.token_budget)
-        running = RequestStatus.RUNNING
-        for chunk in out.chunks:
-            req = chunk.request
-            req.status = running
-            req.last_scheduled_time = now
-            if req.first_scheduled_time is None:
-                req.first_scheduled_time = now
+        requests.scheduled(out.chunks, now)
         requests.requeue(packer.admitted, packer.preempted, now)
         scheduled = {c.request.request_id for c in out.chunks}
         self.policy.after_schedule(candidates, scheduled, now)
@@ -218,6 +206,7 @@ class Scheduler:
         get, capacity = results.get, self.capacity_tokens
         finish, call = StepEvent.FINISH, StepEvent.CALL
         kv, caching, bs = self.kv, self.kv.prefix is not None, self.config.block_size
+        sessions = self.sessions
         for chunk in out.chunks:  # runs for every request of every iteration: kept lean
             req = chunk.request
             if req.finish_time is not None:
@@ -232,7 +221,8 @@ class Scheduler:
             req.append_generated(result.token_id, now)
             event = result.event
             if event is finish:
-                if result.finish_reason is FinishReason.TOOL_CALLS and self._keeps_session(req):
+                tool_calls = result.finish_reason is FinishReason.TOOL_CALLS
+                if tool_calls and sessions is not None and sessions.keeps(req, capacity):
                     self._start_call(req, result, now, client=True)
                 else:
                     self._finish(req, result.finish_reason, now)
@@ -241,13 +231,6 @@ class Scheduler:
             elif event is call:
                 self._start_call(req, result, now)
         return self._take_update()
-
-    def _keeps_session(self, req: Request) -> bool:
-        return (
-            self.sessions is not None
-            and req.token_ids is not None
-            and req.num_tokens + 1 <= self.capacity_tokens
-        )
 
     def _start_call(
         self, req: Request, result: StepResult, now: float, client: bool = False
@@ -272,22 +255,6 @@ class Scheduler:
             self._update.calls_started.append(StartedCall(req, policy))
         self.policy.on_call(req, now)
 
-    def _continue_session(self, old: Request, req: Request, now: float) -> None:
-        """`req` continues the paused session `old` (`sessions.py`): the client's round
-        trip is learned, `req` takes old's KV over if its prompt extends it (else old's
-        KV goes to the prefix cache), and `old` finishes ("tool_calls", its turn)."""
-        status = old.status
-        if extends(old, req):
-            self.kv.hand_over(old, req)
-            req.status = _RESUMED[status] if req.num_computed_tokens else RequestStatus.WAITING
-        self._finish(old, FinishReason.TOOL_CALLS, now)  # KV not taken over: to the cache
-        call = old.calls[-1]
-        call.end = now
-        call.returned_tokens = max(0, req.num_tokens - old.num_tokens)
-        call.policy = _APPLIED[status]
-        if self.learner is not None:
-            self.learner.observe_call(old)  # the client's round trip, under client_key
-
     def resume(
         self,
         request_id: str,
@@ -300,36 +267,23 @@ class Scheduler:
         keeps real tokens). `prediction`, if given, was made off the engine loop for the
         state after the return (see `Request.preview_return`)."""
         requests = self.requests
-        req = requests.paused.pop(request_id, None)
+        req = requests.take_returned(request_id, num_returned, token_ids)
         if req is None:
-            if request_id in requests.aborted_in_call:
-                requests.aborted_in_call.discard(request_id)
-                return self._take_update()  # aborted during its call: the result is dropped
-            raise KeyError(f"request {request_id!r} is not paused in a call")
-        if token_ids is not None and len(token_ids) != num_returned:
-            raise ValueError(f"resume {request_id!r}: {len(token_ids)} ids for {num_returned}")
+            return self._take_update()  # aborted during its call: the result is dropped
         self.kv.release(req)
         self.calls.forget(request_id)
-        call = req.calls[-1]
-        call.end = now
-        call.returned_tokens = req.append_returned(num_returned, token_ids)
+        req.end_call(num_returned, token_ids, now)
         if self.learner is not None:
             self.learner.observe_call(req)
-        applied = _APPLIED[req.status]
-        call.policy = applied
-        req.status = _RESUMED[req.status]
-        req.segment_index += 1
-        req.segment_generated = 0
-        req.last_scheduled_time = now
+        applied = req.leave_call(now)
         self.calls.at_return(req, now)
         if req.num_tokens + 1 > self.capacity_tokens:
             self._finish(req, FinishReason.LENGTH, now)
             return self._take_update()
-        self._apply_prediction(req, prediction)
-        self._peek_prefix(req)
+        apply_prediction(req, prediction, self.predictor)
+        req.num_cached_tokens = self.kv.peek_computed_tokens(req)  # a cached prefix costs less
         self.policy.on_return(req, applied, now)
         requests.add_runnable(req, now)
-        self._update.resumed.append(request_id)
         return self._take_update()
 
     def abort(
@@ -350,21 +304,7 @@ class Scheduler:
         """At a call (the strategies that keep the KV ask): the call is known now, so
         a fresh prediction is a better guess (a tool's, or a learner's)."""
         if self.predictor is not None and (tool is not None or self.learner):
-            self._apply_prediction(req, None)
-
-    def _apply_prediction(self, req: Request, prediction: Prediction | None) -> None:
-        if prediction is None and self.predictor is not None:
-            prediction = self.predictor.predict([req])[0]
-        if prediction is None:
-            prediction = Prediction(output_len=1.0, call_time=None)
-        req.pred_output_len = prediction.output_len
-        req.pred_call_time = prediction.call_time
-        req.pred_return_len = prediction.return_len
-
-    def _peek_prefix(self, req: Request) -> None:
-        """What of a request without KV the prefix cache holds now, for the policy's
-        costs (a request whose prefix is cached costs less to admit)."""
-        req.num_cached_tokens = self.kv.peek_computed_tokens(req)
+            apply_prediction(req, None, self.predictor)
 
     def _finish(self, req: Request, reason: FinishReason, now: float) -> None:
         if self.learner is not None and reason in _SEGMENT_ENDS and not req.in_call:
@@ -380,7 +320,6 @@ class Scheduler:
         req.finish_time = now
         self.policy.forget(req.request_id)
         self._update.finished.append(FinishedRequest(req, reason))
-        self._update.kv_freed.append(req.request_id)
 
     def _take_update(self) -> SchedulerUpdate:
         upd, self._update = self._update, SchedulerUpdate()
@@ -390,14 +329,3 @@ class Scheduler:
 # finishes that end a segment as the model chose (a cap or an abort cuts it short)
 _SEGMENT_ENDS = (FinishReason.STOP, FinishReason.TOOL_CALLS)
 _NO_EVENT = StepResult()  # what a sampling chunk without a result reports
-
-_APPLIED = {
-    RequestStatus.PAUSED_PRESERVED: ContextPolicy.PRESERVE,
-    RequestStatus.PAUSED_SWAPPED: ContextPolicy.SWAP,
-    RequestStatus.PAUSED_DISCARDED: ContextPolicy.DISCARD,
-}
-_RESUMED = {
-    RequestStatus.PAUSED_PRESERVED: RequestStatus.RUNNING,
-    RequestStatus.PAUSED_SWAPPED: RequestStatus.RESUMABLE_SWAPPED,
-    RequestStatus.PAUSED_DISCARDED: RequestStatus.WAITING,
-}

@@ -30,16 +30,23 @@ prefix cache). Nothing here reads a clock: time is passed in.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from augserve.core.request import Request
+from augserve.core.prediction import OnlineLearner
+from augserve.core.request import FinishReason, Request, RequestStatus
+from augserve.sched.kv_manager import KVCacheManager
+
+Finish = Callable[[Request, FinishReason, float], None]  # the scheduler's `_finish`
 
 
 class SessionTable:
-    """The paused client sessions, by request id and by the client's session id."""
+    """The paused client sessions, by request id and by the client's session id, and
+    what happens to them: continued by a new request, expired, kept at a client call."""
 
-    def __init__(self, ttl: float) -> None:
+    def __init__(self, ttl: float, kv: KVCacheManager, learner: OnlineLearner | None) -> None:
         self.ttl = ttl
+        self.kv = kv
+        self.learner = learner
         self.requests: dict[str, Request] = {}  # request id -> the paused request
         self.names: dict[tuple[str | None, str], str] = {}  # (salt, client id) -> request id
         self.contexts: dict[str, list[int]] = {}  # request id -> its computed context
@@ -98,6 +105,34 @@ class SessionTable:
             if best_len < k < n and list(token_ids[:k]) == key:
                 best, best_len = self.requests[rid], k
         return best
+
+    def keeps(self, req: Request, capacity_tokens: int) -> bool:
+        """Whether a request that ended with "tool_calls" is kept as a session."""
+        return req.token_ids is not None and req.num_tokens + 1 <= capacity_tokens
+
+    def continue_into(self, req: Request, now: float, finish: Finish) -> None:
+        """If `req` continues a paused session (`match`): the client's round trip is
+        learned, `req` takes the session's KV over if its prompt extends it (else the
+        KV goes to the prefix cache), and the session finishes ("tool_calls", its turn)."""
+        old = self.match(req.session_id, req.token_ids, req.cache_salt)
+        if old is None:
+            return
+        status = old.status
+        if extends(old, req):
+            self.kv.hand_over(old, req)
+            req.status = status.resumed if req.num_computed_tokens else RequestStatus.WAITING
+        finish(old, FinishReason.TOOL_CALLS, now)  # KV not taken over: to the cache
+        call = old.calls[-1]
+        call.end = now
+        call.returned_tokens = max(0, req.num_tokens - old.num_tokens)
+        call.policy = status.applied_policy
+        if self.learner is not None:
+            self.learner.observe_call(old)  # the client's round trip, under client_key
+
+    def expire(self, now: float, finish: Finish) -> None:
+        """Abort the sessions whose client has not come back within the TTL."""
+        for req in self.expired(now):
+            finish(req, FinishReason.ABORT, now)
 
     def expired(self, now: float) -> list[Request]:
         """Sessions whose client has not come back within the TTL."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from augserve.core.request import Request, RequestStatus
-from augserve.sched.call_handling import DiscardAtCall
+from augserve.sched.call_handling import CallHandling, DiscardAtCall
 from augserve.sched.policies.base import PAPER_DEFAULTS, PolicyDefaults, RankingPolicy
 
 
@@ -17,7 +17,7 @@ class VLLMPolicy(RankingPolicy):
 
     name = "vllm"
     defaults = PAPER_DEFAULTS
-    call_handling = DiscardAtCall
+    call_handling: ClassVar[type[CallHandling]] = DiscardAtCall
 
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
         return (req.status is not RequestStatus.RUNNING, req.queue_time, req.request_id)

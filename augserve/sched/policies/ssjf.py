@@ -10,17 +10,17 @@ Discard): a stronger baseline the paper did not run.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from augserve.core.request import Request
-from augserve.sched.call_handling import DiscardAtCall, MinWaste
+from augserve.sched.call_handling import CallHandling, DiscardAtCall, MinWaste
 from augserve.sched.policies.base import PAPER_DEFAULTS, RankingPolicy, predicted_remaining
 
 
 class SSJFPolicy(RankingPolicy):
     name = "ssjf"
     defaults = PAPER_DEFAULTS
-    call_handling = DiscardAtCall
+    call_handling: ClassVar[type[CallHandling]] = DiscardAtCall
 
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
         return (predicted_remaining(req), req.queue_time, req.request_id)
@@ -28,4 +28,4 @@ class SSJFPolicy(RankingPolicy):
 
 class SSJFInferceptPolicy(SSJFPolicy):
     name = "ssjf-infercept"
-    call_handling = MinWaste
+    call_handling: ClassVar[type[CallHandling]] = MinWaste
