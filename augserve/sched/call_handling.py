@@ -20,8 +20,8 @@ lazy eviction apply the planned policy when memory is needed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
@@ -31,8 +31,13 @@ from augserve.sched.context_policy import min_waste_policy
 from augserve.sched.kv_manager import KVCacheManager
 from augserve.sched.replan import Replanner
 
-if TYPE_CHECKING:
-    from augserve.sched.policies.base import RankingPolicy
+
+class ChoosingPolicy(Protocol):
+    """What `PolicyChooses` asks of the ranking policy (`RankingPolicy` answers it)."""
+
+    def call_policy(self, req: Request, now: float) -> ContextPolicy: ...
+
+    def replan(self, in_call: Mapping[str, Request], now: float) -> list[Request]: ...
 
 
 Refresh = Callable[[Request, "str | None"], None]  # re-predict a request at a call to `tool`
@@ -126,7 +131,7 @@ class MinWaste(CallHandling):
 class PolicyChooses(CallHandling):
     """Continuum: the ranking policy's own choice, and its expired pins let go."""
 
-    def __init__(self, kv: KVCacheManager, refresh: Refresh, policy: RankingPolicy) -> None:
+    def __init__(self, kv: KVCacheManager, refresh: Refresh, policy: ChoosingPolicy) -> None:
         super().__init__(kv, refresh)
         self.policy = policy
 
@@ -139,7 +144,8 @@ class PolicyChooses(CallHandling):
 
 
 def make_call_handling(
-    policy: RankingPolicy,
+    kind: type[CallHandling],
+    policy: ChoosingPolicy,
     config: SchedulerConfig,
     kv: KVCacheManager,
     latency: LatencyModel,
@@ -147,9 +153,8 @@ def make_call_handling(
     learner: OnlineLearner | None,
     refresh: Refresh,
 ) -> CallHandling:
-    """The strategy the policy declares (`RankingPolicy.call_handling`), unless the
-    config forces one context policy on every call (vLLM's discard still wins)."""
-    kind = policy.call_handling
+    """The strategy `kind` the policy declares (`RankingPolicy.call_handling`), unless
+    the config forces one context policy on every call (vLLM's discard still wins)."""
     if kind is DiscardAtCall:
         return DiscardAtCall(kv, refresh)
     if config.forced_context_policy is not None:

@@ -152,7 +152,7 @@ class SchedulerStats:
     prefix_cache_queries: int = 0  # tokens looked up in the prefix cache at admission
     prefix_cache_hits: int = 0  # of them, tokens found
     num_sessions: int = 0  # paused client sessions (`sessions.py`), not in num_paused
-    # KV taken under pressure so far, by reason (`MemoryManager.preemptions`), and the
+    # KV taken under pressure so far, by reason (`KVCacheManager.preemptions`), and the
     # computed tokens it threw away
     preemptions: dict[str, int] = field(default_factory=dict)
     recomputed_tokens: int = 0

@@ -70,8 +70,8 @@ class Scheduler:
         self.kv = KVCacheManager.for_config(config, latency, uses_prefix_caching(config))
         self.policy = policy = make_policy(config, latency, self)
         self.calls = make_call_handling(
-            policy, config, self.kv, latency, self.running_tokens, self.learner,
-            self._refresh_prediction,
+            policy.call_handling, policy, config, self.kv, latency,
+            self.running_tokens, self.learner, self._refresh_prediction,
         )  # fmt: skip
         # progress rule 2 (`progress.py`): protection where the policy's preemption
         # order moves (a fixed order makes progress without it)
