@@ -61,3 +61,10 @@ def test_the_fingerprint_covers_every_policy_and_kv_pressure() -> None:
     assert all(r["preemptions"] > 0 for r in tight)
     assert sum(r["stats"]["swapped_blocks"] > 0 for r in tight) >= 6
     assert len({r["sha256"] for r in runs.values()}) == len(runs)  # no two runs alike
+
+
+def test_the_refactor_of_issue_39_left_every_run_bit_identical() -> None:
+    before = json.loads(COMMITTED.read_text())["runs"]
+    after = json.loads((ROOT / "docs/data/refactor-fingerprint-after.json").read_text())["runs"]
+    assert sorted(before) == sorted(after) and len(before) >= 8
+    assert all(before[k]["sha256"] == after[k]["sha256"] for k in before)
