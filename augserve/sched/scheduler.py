@@ -43,7 +43,6 @@ from augserve.sched.packing import Packer
 from augserve.sched.policies import make_policy, uses_dynamic_budget, uses_prefix_caching
 from augserve.sched.prefix_cache import PrefixCache
 from augserve.sched.progress import Protection, ThrashMeter
-from augserve.sched.ranking import RankQueue
 from augserve.sched.requests import LiveRequests
 from augserve.sched.sessions import SessionTable
 
@@ -109,17 +108,8 @@ class Scheduler:
         return self.kv.prefix
 
     @property
-    def queue(self) -> RankQueue | None:
-        return self.requests.queue
-
-    @property
     def num_live(self) -> int:
         return len(self.requests)
-
-    @property
-    def num_held(self) -> int:
-        """Runnable requests holding KV (with incremental ranking; 0 without)."""
-        return len(self.requests.held)
 
     def has_runnable(self) -> bool:
         return bool(self.requests.runnable)
