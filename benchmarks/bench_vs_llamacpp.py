@@ -57,6 +57,7 @@ HELD_OUT = (
     "as it has since the first lamp was lit."
 )
 PREFILL_TEXT = " ".join([HELD_OUT] * 3)
+PREFILL_TOKENS = 512  # llama.cpp's slots hold 8192 / 8 = 1024 tokens each
 BIG = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
            num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
            max_position_embeddings=4096, tie_word_embeddings=True)  # fmt: skip
@@ -171,12 +172,25 @@ async def _stream(
     return first - t0, last - first, count
 
 
-async def _measure(url: str) -> dict[str, float]:
+def prefill_text(model_dir: Path, tokens: int = PREFILL_TOKENS) -> str:
+    """The longest run of PREFILL_TEXT's words that is at most `tokens` tokens for this
+    model's tokenizer (a random model's small BPE makes the whole text ~1600 tokens)."""
+    from augserve.engine.tokenizer import Tokenizer
+
+    tok, words = Tokenizer(model_dir), PREFILL_TEXT.split(" ")
+    lo, hi = 1, len(words)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if len(tok.encode(" ".join(words[:mid]))) <= tokens else (lo, mid - 1)
+    return " ".join(words[:lo])
+
+
+async def _measure(url: str, prefill: str) -> dict[str, float]:
     async with httpx.AsyncClient(timeout=3600) as c:
         await _stream(c, url, "Hello", 8)  # warm up
         _, dt, n = await _stream(c, url, "Once upon a time", 128)
         t0 = time.perf_counter()
-        r = await c.post(url + "/v1/completions", json=_body(PREFILL_TEXT, 1, False))
+        r = await c.post(url + "/v1/completions", json=_body(prefill, 1, False))
         prefill = time.perf_counter() - t0
         prompt_tokens = r.json()["usage"]["prompt_tokens"]
         t0 = time.perf_counter()
@@ -257,6 +271,8 @@ def run_file(path: Path, llama: str | None, a: argparse.Namespace) -> list[dict[
     from augserve.engine.resolve import resolve_model
 
     rows: dict[str, dict[str, Any]] = {}
+    model_dir = Path(resolve_model(path))
+    prefill = prefill_text(model_dir)
     systems = [("augserve", augserve_cmd(path, a.port, a.threads))]
     if llama:
         systems.append(("llama.cpp", llama_cmd(llama, path, a.port + 1, a.threads)))
@@ -266,7 +282,7 @@ def run_file(path: Path, llama: str | None, a: argparse.Namespace) -> list[dict[
             with Server(cmd, port, Path(a.log)) as srv:
                 assert srv.proc is not None
                 rss = rss_of(srv.proc.pid)
-                got = {**asyncio.run(_measure(srv.url)), "rss_after_load_bytes": rss}
+                got = {**asyncio.run(_measure(srv.url, prefill)), "rss_after_load_bytes": rss}
             best = rows.setdefault(name, {"model": path.name, "system": name})
             for k, v in got.items():
                 lower = k in ("prefill_s", "rss_after_load_bytes")
@@ -276,7 +292,6 @@ def run_file(path: Path, llama: str | None, a: argparse.Namespace) -> list[dict[
                 name, path.name, "round", rnd, {k: round(v, 3) for k, v in got.items()}, flush=True
             )
     print("greedy agreement over", a.agree_tokens, "tokens", flush=True)
-    model_dir = Path(resolve_model(path))
     ids = ids_of(HELD_OUT * 2, model_dir, a.agree_tokens)
     ref = argmax_in_process(model_dir, ids, "fp32", a.threads)
     rows["augserve"]["greedy_agreement_vs_fp32"] = agreement(
@@ -317,12 +332,20 @@ def main() -> None:
     files = [ensure_smollm2_gguf()] + ([big_gguf(Path(a.work))] if a.big else [])
     load0, t_start = os.getloadavg(), time.perf_counter()
     bw = read_bandwidth_gbs()
-    rows = []
-    for f in files:
+    rows: list[dict[str, Any]] = []
+    for f in files:  # the file is rewritten after each model: a later failure keeps these
         for row in run_file(f, llama, a):
             row["bandwidth_limit_tok_s"] = bw * 1e9 / row["decode_bytes_per_token"]
             rows.append(row)
             print(row, flush=True)
+        write_result(a, rows, llama, load0, t_start, bw)
+    print("wrote", a.out)
+
+
+def write_result(
+    a: argparse.Namespace, rows: list[dict[str, Any]], llama: str | None,
+    load0: tuple[float, float, float], t_start: float, bw: float,
+) -> None:  # fmt: skip
     from augserve.engine.quant_select import cpu_flags
 
     write_json(
@@ -334,7 +357,6 @@ def main() -> None:
                                        "amx_tile") if f in cpu_flags()),
         wall_s=time.perf_counter() - t_start, note=a.note,
     )  # fmt: skip
-    print("wrote", a.out)
 
 
 if __name__ == "__main__":
