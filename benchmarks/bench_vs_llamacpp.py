@@ -279,11 +279,16 @@ def run_file(path: Path, llama: str | None, a: argparse.Namespace) -> list[dict[
     for rnd in range(a.rounds):
         for name, cmd in systems[rnd % 2 :] + systems[: rnd % 2]:  # rotated
             port = int(cmd[cmd.index("--port") + 1])
-            with Server(cmd, port, Path(a.log)) as srv:
-                assert srv.proc is not None
-                rss = rss_of(srv.proc.pid)
-                got = {**asyncio.run(_measure(srv.url, prefill)), "rss_after_load_bytes": rss}
             best = rows.setdefault(name, {"model": path.name, "system": name})
+            try:
+                with Server(cmd, port, Path(a.log)) as srv:
+                    assert srv.proc is not None
+                    rss = rss_of(srv.proc.pid)
+                    got = {**asyncio.run(_measure(srv.url, prefill)), "rss_after_load_bytes": rss}
+            except (httpx.HTTPError, RuntimeError) as exc:  # recorded; the other rounds go on
+                best.setdefault("failed_rounds", []).append(f"round {rnd}: {exc!r}")
+                print(name, path.name, "round", rnd, "FAILED:", repr(exc), flush=True)
+                continue
             for k, v in got.items():
                 lower = k in ("prefill_s", "rss_after_load_bytes")
                 old = best.get(k)
@@ -298,14 +303,22 @@ def run_file(path: Path, llama: str | None, a: argparse.Namespace) -> list[dict[
         argmax_in_process(model_dir, ids, None, a.threads), ref
     )
     if llama:
-        with Server(llama_cmd(llama, path, a.port + 1, a.threads), a.port + 1, Path(a.log)) as s:
-            rows["llama.cpp"]["greedy_agreement_vs_fp32"] = agreement(argmax_llama(s.url, ids), ref)
+        try:
+            with Server(
+                llama_cmd(llama, path, a.port + 1, a.threads), a.port + 1, Path(a.log)
+            ) as s:
+                rows["llama.cpp"]["greedy_agreement_vs_fp32"] = agreement(
+                    argmax_llama(s.url, ids), ref
+                )
+        except (httpx.HTTPError, RuntimeError) as exc:
+            rows["llama.cpp"].setdefault("failed_rounds", []).append(f"agreement: {exc!r}")
     bpt, kv = decode_bytes_per_token(path), kv_bytes(path)
     for row in rows.values():
         row["decode_bytes_per_token"] = bpt
         row["file_bytes"] = path.stat().st_size
         row["kv_bytes_8192_tokens"] = kv
-        row["rss_over_file_plus_kv"] = row["rss_after_load_bytes"] / (row["file_bytes"] + kv)
+        if "rss_after_load_bytes" in row:
+            row["rss_over_file_plus_kv"] = row["rss_after_load_bytes"] / (row["file_bytes"] + kv)
     return list(rows.values())
 
 
