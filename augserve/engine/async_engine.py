@@ -42,7 +42,8 @@ from typing import Any, TypeVar
 
 from augserve.core.prediction import Prediction
 from augserve.core.request import Request, Segment
-from augserve.engine.engine import BatchFailed, EngineStep, LLMEngine
+from augserve.engine.engine import LLMEngine
+from augserve.engine.engine_step import BatchFailed, EngineStep
 from augserve.engine.outputs import RequestOutput
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tools import PendingCall, ToolExecutor, ToolSession, run_call
