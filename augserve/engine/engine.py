@@ -41,7 +41,7 @@ from augserve.engine.grammar import GrammarMasker
 from augserve.engine.grammar_cache import DEFAULT_BYTES
 from augserve.engine.latency_default import default_latency
 from augserve.engine.model_runner import ModelRunner, SeqChunk
-from augserve.engine.outputs import SeqState, ToolResult
+from augserve.engine.outputs import SeqState
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.seq_grammar import LazyMasker, attach_grammars
 from augserve.engine.swaps import order_swaps
@@ -206,12 +206,7 @@ class LLMEngine:
             return
         req = st.request
         ids = self.result_ids(result)[: max(0, self.max_model_len - 1 - req.num_tokens)]
-        before = len(st.text)
-        st.add_returned(ids)
-        if st.call is not None:
-            start = req.calls[-1].start if req.calls else now
-            st.results.append(ToolResult(st.call, st.text[before:], error, start, now))
-            st.call = None
+        st.add_returned(ids, error, now)
         self._absorb(self.scheduler.resume(request_id, len(ids), now, ids, prediction), self._early)
 
     def result_ids(self, result: Sequence[int] | str) -> list[int]:
