@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -39,7 +39,7 @@ from vllm.inputs import TokensPrompt  # type: ignore[import-not-found,unused-ign
 from vllm.sampling_params import RequestOutputKind  # type: ignore[import-not-found,unused-ignore]
 
 from augserve.core.request import CallRecord, FinishReason, Request, Segment
-from augserve.engine.events import decide
+from augserve.engine.events import decide, finish
 from augserve.engine.outputs import RequestOutput, SeqState, ToolResult
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import IncrementalDetokenizer
@@ -188,9 +188,10 @@ class VllmAsyncEngine:
 
     def _turn_params(self, st: SeqState) -> Any:
         left = (st.params.max_tokens or self.engine.max_model_len) - st.request.num_generated_tokens
-        return vllm_params(st.params, self._stop_ids(st.tools), left)
+        stops = self._stop_ids(st.tools) if _streams(st.tools) else ()
+        return vllm_params(st.params, stops, left)
 
-    async def _one_request(self, st: SeqState, vid: str) -> AsyncIterator[RequestOutput]:
+    async def _one_request(self, st: SeqState, vid: str) -> AsyncGenerator[RequestOutput, None]:
         """One vLLM request: a streaming session when server calls may come, else plain.
         Returns when `st` finished, or with `st.call` set (a call vLLM's turn ran past)."""
         req, params = st.request, self._turn_params(st)
@@ -198,8 +199,8 @@ class VllmAsyncEngine:
         prompt = TokensPrompt(prompt_token_ids=list(req.token_ids))
         if req.cache_salt is not None:
             prompt["cache_salt"] = req.cache_salt
-        tools = st.tools
-        if tools is not None and tools.executor is not None:
+        outs: Any
+        if _streams(st.tools):
             outs = generate_with_tools(
                 self.llm, req.token_ids, params, vid, lambda _turn, _ids: self._resume(st),
                 turn_max_tokens=lambda _turn: self._turn_params(st).max_tokens,
@@ -219,25 +220,27 @@ class VllmAsyncEngine:
         """Each token of a vLLM delta through our engine's decision: the output to show,
         and whether to leave this vLLM request (finished, or a call its turn runs past)."""
         req, now = st.request, time.monotonic()
-        comp = out.outputs[0] if out.outputs else None
+        comp: Any = out.outputs[0] if out.outputs else None
         ids = list(comp.token_ids) if comp is not None else []
         if req.first_scheduled_time is None:
             req.first_scheduled_time = now
             req.num_cached_prompt_tokens = int(getattr(out, "num_cached_tokens", 0) or 0)
+        turn_end = comp is not None and comp.finish_reason is not None
         for i, tok in enumerate(ids):
             result = decide(st, tok, self.engine.eos_ids, self.engine.max_model_len)
             req.append_generated(tok, now)
+            if result.event is StepEvent.NONE and turn_end and i + 1 == len(ids):
+                # vLLM ended the turn where our decision did not (its stop token, length):
+                # our end of output, which reads the calls left in the segment
+                result = finish(st, tok, _VLLM_REASONS.get(comp.finish_reason, FinishReason.STOP))
             if result.event is StepEvent.FINISH:
                 return self._finish(st, result.finish_reason or FinishReason.STOP, now), True
             if result.event is StepEvent.CALL:
                 req.calls.append(CallRecord(now, tool=result.tool, args_len=result.args_len))
-                at_turn_end = i + 1 == len(ids) and comp.finish_reason is not None
+                at_turn_end = turn_end and i + 1 == len(ids)
                 return st.output(), not at_turn_end  # else vLLM's session waits for the result
-        turn_end = comp is not None and comp.finish_reason is not None
-        if out.finished or turn_end:  # vLLM ended it where our decision did not
-            vllm_reason = comp.finish_reason if comp is not None else None
-            reason = _VLLM_REASONS.get(vllm_reason, FinishReason.STOP) if vllm_reason else None
-            return self._finish(st, reason or FinishReason.ABORT, now), True
+        if out.finished or turn_end:  # ended without a token (an abort)
+            return self._finish(st, FinishReason.ABORT, now), True
         return (st.output() if ids else None), False
 
     def _finish(self, st: SeqState, reason: FinishReason, now: float) -> RequestOutput:
@@ -286,3 +289,8 @@ class VllmAsyncEngine:
         if isinstance(result, str):
             return list(self.engine.tokenizer.encode(result, add_special_tokens=False))
         return [int(t) for t in result]
+
+
+def _streams(tools: ToolSession | None) -> bool:
+    """A request that may call a server tool runs as a streaming session (module doc)."""
+    return tools is not None and tools.executor is not None
