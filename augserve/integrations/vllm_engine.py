@@ -32,6 +32,7 @@ import itertools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 from vllm import SamplingParams as VllmParams  # type: ignore[import-not-found,unused-ignore]
@@ -43,7 +44,7 @@ from augserve.engine.events import decide, finish
 from augserve.engine.outputs import RequestOutput, SeqState, ToolResult
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import IncrementalDetokenizer
-from augserve.engine.tools import PendingCall, ToolSession, run_call
+from augserve.engine.tools import FILLER_TEXT, PendingCall, ToolSession, run_call, scripted_call
 from augserve.integrations.vllm_face import IN_VLLM, RESUBMIT, VllmFace, VllmStats
 from augserve.integrations.vllm_tools import generate_with_tools
 from augserve.sched.output import SchedulerStats, StepEvent
@@ -51,10 +52,8 @@ from augserve.sched.output import SchedulerStats, StepEvent
 _VLLM_REASONS = {"length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 
 
-def unsupported(params: SamplingParams, segments: Sequence[Segment] | None) -> str | None:
+def unsupported(params: SamplingParams) -> str | None:
     """The first field this adapter cannot map to vLLM, or None (docs/vllm-plugin.md)."""
-    if segments:
-        return "augserve_segments (scripted plans)"
     if params.logprobs is not None:
         return "logprobs"
     if params.grammar is not None:
@@ -94,6 +93,8 @@ class VllmAsyncEngine:
         self._ids = itertools.count()
         self._current: dict[str, str] = {}  # our request id -> its vLLM request id now
         self._end_ids: dict[type, tuple[int, ...]] = {}
+        filler = face.tokenizer.encode(FILLER_TEXT, add_special_tokens=False)
+        self._filler = filler or list(range(3, 64))  # scripted results, as our engine's
         self.failed_steps = 0
         self.failures_in_a_row = 0
         self.last_failure: str | None = None
@@ -128,11 +129,11 @@ class VllmAsyncEngine:
     ) -> AsyncIterator[RequestOutput]:
         """Our engine's `generate` (module doc); ValueError for what is not mapped."""
         params = params or SamplingParams()
-        bad = unsupported(params, segments)
+        bad = unsupported(params)
         if bad is not None:
             raise ValueError(f"{bad} is not supported with --engine vllm")
         rid = request_id if request_id is not None else f"req-{next(self._ids)}"
-        st = self._state(rid, prompt, params, tools, session_id, cache_salt)
+        st = self._state(rid, prompt, params, tools, session_id, cache_salt, segments)
         try:
             for k in itertools.count():
                 self._current[rid] = f"{rid}.{k}"
@@ -141,7 +142,7 @@ class VllmAsyncEngine:
                         yield out
                 if st.request.is_finished:
                     return
-                if st.call is None:  # vLLM's stream ended without a last output
+                if not st.request.in_call:  # vLLM's stream ended without a last output
                     yield self._finish(st, FinishReason.ABORT, time.monotonic())
                     return
                 await self._run_call(st, RESUBMIT)  # found where vLLM's turn cannot stop
@@ -158,6 +159,7 @@ class VllmAsyncEngine:
         tools: ToolSession | None,
         session_id: str | None,
         cache_salt: str | None,
+        segments: Sequence[Segment] | None = None,
     ) -> SeqState:
         tok = self.engine.tokenizer
         ids = tok.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
@@ -168,12 +170,16 @@ class VllmAsyncEngine:
             time.monotonic(),
             len(ids),
             prompt_text=prompt if isinstance(prompt, str) else None,
+            segments=list(segments or []),
             token_ids=list(ids),
-            max_tokens=params.max_tokens,
+            max_tokens=None if segments else params.max_tokens,
             session_id=session_id,
             cache_salt=cache_salt,
         )
-        return SeqState(req, params, IncrementalDetokenizer(tok, req.token_ids), False, True, tools)
+        detok = IncrementalDetokenizer(tok, req.token_ids)
+        if segments:  # EOS is ignored: each segment generates its output_len tokens
+            params = replace(params, ignore_eos=True)
+        return SeqState(req, params, detok, bool(segments), True, tools)
 
     def _stop_ids(self, tools: ToolSession | None) -> tuple[int, ...]:
         """The call parser's end marker as a stop token, where it is one token."""
@@ -187,20 +193,24 @@ class VllmAsyncEngine:
         return self._end_ids[kind]
 
     def _turn_params(self, st: SeqState) -> Any:
-        left = (st.params.max_tokens or self.engine.max_model_len) - st.request.num_generated_tokens
-        stops = self._stop_ids(st.tools) if _streams(st.tools) else ()
+        req = st.request
+        seg = req.current_segment
+        if st.scripted and seg is not None:  # exactly the segment's tokens (`scripted.py`)
+            return vllm_params(st.params, (), seg.output_len - req.segment_generated)
+        left = (st.params.max_tokens or self.engine.max_model_len) - req.num_generated_tokens
+        stops = self._stop_ids(st.tools) if _streams(st) else ()
         return vllm_params(st.params, stops, left)
 
     async def _one_request(self, st: SeqState, vid: str) -> AsyncGenerator[RequestOutput, None]:
         """One vLLM request: a streaming session when server calls may come, else plain.
-        Returns when `st` finished, or with `st.call` set (a call vLLM's turn ran past)."""
+        Returns when `st` finished, or in a call (one vLLM's turn ran past)."""
         req, params = st.request, self._turn_params(st)
         assert req.token_ids is not None
         prompt = TokensPrompt(prompt_token_ids=list(req.token_ids))
         if req.cache_salt is not None:
             prompt["cache_salt"] = req.cache_salt
         outs: Any
-        if _streams(st.tools):
+        if _streams(st):
             outs = generate_with_tools(
                 self.llm, req.token_ids, params, vid, lambda _turn, _ids: self._resume(st),
                 turn_max_tokens=lambda _turn: self._turn_params(st).max_tokens,
@@ -251,7 +261,7 @@ class VllmAsyncEngine:
     async def _resume(self, st: SeqState) -> list[int] | None:
         """A streaming session's turn ended: run its call (None: no call, the end). vLLM
         drops the turn's last sampled token at the next input: it goes in again first."""
-        if st.call is None or st.request.is_finished:
+        if not st.request.in_call or st.request.is_finished:
             return None
         last = st.request.token_ids[-1:] if st.request.token_ids else []
         ids = await self._run_call(st, IN_VLLM)
@@ -259,14 +269,13 @@ class VllmAsyncEngine:
 
     async def _run_call(self, st: SeqState, where: str) -> list[int]:
         """Run `st.call` on the server; its result joins the context (as `LLMEngine.resume`)."""
-        req, call, tools = st.request, st.call, st.tools
-        assert call is not None and tools is not None and req.token_ids is not None
+        req, call = st.request, st.call
+        assert req.token_ids is not None
         self._stats.paused[req.request_id] = where
         start = req.calls[-1].start
         error = False
         try:
-            result = await run_call(PendingCall(req.request_id, start, parsed=call,
-                                                executor=tools.executor), None)  # fmt: skip
+            result = await run_call(self._pending(st, start), None)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failing tool answers with its error, as agent loops do
@@ -276,7 +285,8 @@ class VllmAsyncEngine:
         ids = self._result_ids(result)[: max(0, self.engine.max_model_len - 1 - req.num_tokens)]
         now, before = time.monotonic(), len(st.text)
         st.add_returned(ids)
-        st.results.append(ToolResult(call, st.text[before:], error, start, now))
+        if call is not None:
+            st.results.append(ToolResult(call, st.text[before:], error, start, now))
         st.call = None
         record = req.calls[-1]
         record.end, record.returned_tokens = now, len(ids)
@@ -285,12 +295,21 @@ class VllmAsyncEngine:
         req.segment_generated = 0
         return ids
 
+    def _pending(self, st: SeqState, start: float) -> PendingCall:
+        req = st.request
+        if st.scripted:
+            seg = req.segments[req.segment_index]
+            return PendingCall(req.request_id, start, scripted=scripted_call(seg, self._filler))
+        assert st.tools is not None and st.call is not None
+        return PendingCall(req.request_id, start, parsed=st.call, executor=st.tools.executor)
+
     def _result_ids(self, result: list[int] | str) -> list[int]:
         if isinstance(result, str):
             return list(self.engine.tokenizer.encode(result, add_special_tokens=False))
         return [int(t) for t in result]
 
 
-def _streams(tools: ToolSession | None) -> bool:
-    """A request that may call a server tool runs as a streaming session (module doc)."""
-    return tools is not None and tools.executor is not None
+def _streams(st: SeqState) -> bool:
+    """A request that may call a server tool (or a scripted one) runs as a streaming
+    session (module doc)."""
+    return st.scripted or (st.tools is not None and st.tools.executor is not None)

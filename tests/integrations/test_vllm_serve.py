@@ -137,7 +137,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
            "--served-model-name", MODEL, "--tools", str(tmp / "tools.json"),
            "--port", str(port), "--block-size", str(BLOCK), "--num-device-blocks", str(BLOCKS),
            "--max-model-len", "2048", "--max-num-batched-tokens", "2048",
-           "--tool-call-parser", "hermes", "--vllm-args", json.dumps(vllm_args)]  # fmt: skip
+           "--tool-call-parser", "hermes", "--allow-scripted-tools",
+           "--vllm-args", json.dumps(vllm_args)]  # fmt: skip
     path = os.pathsep.join([str(ROOT), str(HERE), str(ROOT / "tests" / "server")])
     env = {**os.environ, **{k: os.environ.get(k, v) for k, v in VLLM_ENV.items()},
            "PYTHONPATH": path, "AUGSERVE_VLLM_SCRIPTS": str(tmp / "scripts.json")}  # fmt: skip
@@ -230,6 +231,21 @@ def test_a_client_call_then_the_sessions_next_turn_reuses_its_kv(server: Server)
     prompt_1 = first.json()["usage"]["prompt_tokens"]
     cached = body["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= (prompt_1 // BLOCK) * BLOCK > 0  # the first turn's context, from vLLM
+
+
+def test_a_scripted_plan_runs_its_segments_and_calls_in_one_vllm_session(server: Server) -> None:
+    plan = [{"output_len": 4, "call_time": 0.3, "return_len": 6}, {"output_len": 3}]
+    body = {"model": MODEL, "prompt": list(range(5, 45)), "temperature": 0.0,
+            "augserve_segments": plan, "return_token_ids": True}  # fmt: skip
+    resp = httpx.post(server.url + "/v1/completions", json=body, timeout=120)
+    assert resp.status_code == 200, resp.text
+    choice = resp.json()["choices"][0]
+    assert choice["finish_reason"] == "stop" and len(choice["token_ids"]) == 7  # EOS ignored
+    t = choice["augserve_timing"]
+    assert (t["generated_tokens"], t["returned_tokens"]) == (7, 6)
+    (call,) = t["calls"]
+    assert call["returned_tokens"] == 6 and call["end"] - call["start"] >= 0.29
+    assert 0 <= t["first_token"] <= call["start"] and call["end"] <= t["finish"]
 
 
 def test_what_is_not_mapped_is_a_400_naming_it(server: Server) -> None:
