@@ -302,7 +302,7 @@ def _augserve_vllm_servers(
     """One `augserve serve --engine vllm` per policy and predictor into `named`, its
     scheduler priced with vLLM's measured decode and prefill times."""
     if args.swap_bandwidth is None:
-        args.swap_bandwidth = 0.0  # no swap pool: vLLM swaps nothing per request
+        args.swap_bandwidth = 1e9  # unused: no host pool, vLLM swaps nothing per request
     prof = write_profile(args, times[0], times[1], out.with_name("profile-vllm.json"))
     told = slo if args.server_slo == "bench" else None
     for pol in args.policies:
