@@ -177,6 +177,36 @@ def accuracies(root: Path, model: str, categories: list[str]) -> dict[str, tuple
     return out
 
 
+def verdicts(root: Path, model: str, categories: list[str]) -> dict[str, dict[str, bool]]:
+    """Per category and entry id: whether BFCL scored the entry correct.
+
+    The entries run are the ids in the result file; the score file lists the failed ones
+    after its summary line."""
+    out: dict[str, dict[str, bool]] = {}
+    for cat in categories:
+        name = CATEGORIES[cat]
+        results = list((root / "result" / model).rglob(f"BFCL_v4_{name}_result.json"))
+        scores = list((root / "score" / model).rglob(f"BFCL_v4_{name}_score.json"))
+        if not results or not scores:
+            continue
+        ran = [json.loads(x)["id"] for x in results[0].read_text().splitlines() if x.strip()]
+        lines = scores[0].read_text().splitlines()[1:]
+        failed = {json.loads(x)["id"] for x in lines if x.strip()}
+        out[cat] = {i: i not in failed for i in ran}
+    return out
+
+
+def disagreements(per_path: dict[str, dict[str, dict[str, bool]]]) -> dict[str, list[str]]:
+    """Per category: the entries that every path ran but not every path scored the same."""
+    out: dict[str, list[str]] = {}
+    cats = {c for v in per_path.values() for c in v}
+    for cat in sorted(cats):
+        tables = [v.get(cat, {}) for v in per_path.values()]
+        common = set.intersection(*(set(t) for t in tables)) if tables else set()
+        out[cat] = sorted(i for i in common if len({t[i] for t in tables}) > 1)
+    return out
+
+
 def provenance(cmd: list[str]) -> dict[str, Any]:
     commit = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
@@ -230,6 +260,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--categories", default=",".join(CATEGORIES))
     ap.add_argument("--port", type=int, default=8400, help="augserve; the reference: +1")
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument(
+        "--dtype", default="float32", help="augserve's --dtype (the reference runs in fp32)"
+    )
     ap.add_argument("--augserve-python", default="/work/main/.venv/bin/python")
     ap.add_argument("--root", type=Path, default=Path("/tmp/augserve-bfcl"))
     ap.add_argument("--out", type=Path, default=None)
@@ -256,6 +289,7 @@ def main() -> int:
     serve = [args.augserve_python, "-m", "augserve", "serve", "--model", str(args.gguf)]
     serve += ["--port", str(args.port), "--served-model-name", SERVED, str(local_dir)]
     serve += ["--profile", "default"]  # no latency fit at start-up: accuracy only
+    serve += ["--dtype", args.dtype]  # fp32: the reference's arithmetic
     ref = [sys.executable, str(HERE / "reference_server.py"), "--gguf", str(args.gguf)]
     ref += ["--port", str(args.port + 1), "--max-new-tokens", str(args.max_tokens)]
     paths = args.paths.split(",")
@@ -275,7 +309,11 @@ def main() -> int:
         row["n"] = counts[c]
         row["n_scored"] = {keys.get(m, m): table[m].get(c, (None, 0))[1] for m in paths}
         data["categories"][c] = row
+    per_entry = {keys.get(m, m): verdicts(root, m, cats) for m in paths}
+    data["per_entry"] = per_entry
+    data["disagreements"] = disagreements(per_entry)
     print(json.dumps(data["categories"], indent=1))
+    print("entries where the paths disagree:", json.dumps(data["disagreements"]))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(data, indent=1) + "\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,7 @@ def test_streams_match_offline_and_calls_run_concurrently(model_dir: Path) -> No
         async def consume(k: int, prompt: str, segments: list[Segment] | None) -> None:
             async for out in aengine.generate(prompt, GREEDY, f"a{k}", segments):
                 streams[k].append(out)
+                arrivals[k].append(time.monotonic())
 
         await asyncio.gather(
             consume(0, "A quick", None),
@@ -65,6 +67,7 @@ def test_streams_match_offline_and_calls_run_concurrently(model_dir: Path) -> No
         await aengine.shutdown()
         return streams, []
 
+    arrivals: list[list[float]] = [[], [], []]
     streams, _ = asyncio.run(main())
     for k in (0, 1):
         final = streams[k][-1]
@@ -74,9 +77,10 @@ def test_streams_match_offline_and_calls_run_concurrently(model_dir: Path) -> No
     scripted = streams[2][-1].request
     assert scripted is not None and len(scripted.calls) == 1
     call = scripted.calls[0]
-    # the other requests kept decoding while the call was out
-    others_done = [o[-1].request.finish_time for o in streams[:2]]
-    assert all(call.start < t < call.end for t in others_done)
+    # the other requests kept decoding while the call was out: tokens of theirs arrived
+    # inside the call's window (an event count, not a bound on how long decoding takes)
+    during = [t for k in (0, 1) for t in arrivals[k] if call.start < t < call.end]
+    assert during, (call.start, call.end, arrivals[:2])
 
 
 def test_model_driven_tool_calls(model_dir: Path) -> None:
