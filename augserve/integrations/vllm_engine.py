@@ -41,9 +41,9 @@ from vllm.sampling_params import RequestOutputKind  # type: ignore[import-not-fo
 
 from augserve.core.request import CallRecord, FinishReason, Request, Segment
 from augserve.engine.events import decide, finish
-from augserve.engine.outputs import RequestOutput, SeqState, ToolResult
+from augserve.engine.outputs import RequestOutput, SeqState
 from augserve.engine.sampling_params import SamplingParams
-from augserve.engine.tokenizer import IncrementalDetokenizer
+from augserve.engine.tokenizer import IncrementalDetokenizer, as_ids
 from augserve.engine.tools import FILLER_TEXT, PendingCall, ToolSession, run_call, scripted_call
 from augserve.integrations.vllm_face import IN_VLLM, RESUBMIT, VllmFace, VllmStats
 from augserve.integrations.vllm_tools import generate_with_tools
@@ -269,7 +269,7 @@ class VllmAsyncEngine:
 
     async def _run_call(self, st: SeqState, where: str) -> list[int]:
         """Run `st.call` on the server; its result joins the context (as `LLMEngine.resume`)."""
-        req, call = st.request, st.call
+        req = st.request
         assert req.token_ids is not None
         self._stats.paused[req.request_id] = where
         start = req.calls[-1].start
@@ -282,12 +282,10 @@ class VllmAsyncEngine:
             result, error = f"Error: {exc}", True
         finally:
             self._stats.paused.pop(req.request_id, None)
-        ids = self._result_ids(result)[: max(0, self.engine.max_model_len - 1 - req.num_tokens)]
-        now, before = time.monotonic(), len(st.text)
-        st.add_returned(ids)
-        if call is not None:
-            st.results.append(ToolResult(call, st.text[before:], error, start, now))
-        st.call = None
+        room = max(0, self.engine.max_model_len - 1 - req.num_tokens)
+        ids = as_ids(self.engine.tokenizer, result, "call result")[:room]
+        now = time.monotonic()
+        st.add_returned(ids, error, now)  # a parsed call's result is kept there
         record = req.calls[-1]
         record.end, record.returned_tokens = now, len(ids)
         req.append_returned(len(ids), ids)
@@ -302,11 +300,6 @@ class VllmAsyncEngine:
             return PendingCall(req.request_id, start, scripted=scripted_call(seg, self._filler))
         assert st.tools is not None and st.call is not None
         return PendingCall(req.request_id, start, parsed=st.call, executor=st.tools.executor)
-
-    def _result_ids(self, result: list[int] | str) -> list[int]:
-        if isinstance(result, str):
-            return list(self.engine.tokenizer.encode(result, add_special_tokens=False))
-        return [int(t) for t in result]
 
 
 def _streams(st: SeqState) -> bool:
