@@ -157,7 +157,7 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--vllm-args", default=None, metavar="JSON",
         help="with --engine vllm: more vLLM engine arguments, a JSON object "
-        "(e.g. '{\"enforce_eager\": true}')",
+        "(e.g. '{\"enforce_eager\": true}'; default: none)",
     )  # fmt: skip
     g.add_argument("--dtype", default="auto", choices=sorted(_DTYPES), help="weights and KV" + D)
     g.add_argument(
