@@ -99,7 +99,7 @@ def resolve(overrides: tuple[tuple[str, str], ...], profile: str) -> tuple[tuple
     64-token blocks per second (what `mars_swap_rate=None` means; a `--set` of None
     would leave the default of 2 in place)."""
     from augserve.profiles import load_profile
-    from augserve.sched.policies.mars_score import BLOCK
+    from augserve.sched.policies.mars_rank import BLOCK
 
     def value(v: str) -> str:
         return repr(1.0 / load_profile(profile).swap_time(BLOCK)) if v == HOST_LINK else v

@@ -86,7 +86,7 @@ class SchedulerConfig:
         request preempted `max_preemptions` times in a segment is protected: offered
         first and preempted only by requests protected before it, so it finishes
         (None: never protected; policies whose preemption order is fixed do not need
-        it and keep their reference behaviour, see `RankingPolicy.fixed_preempt_order`).
+        it and keep their reference behaviour, see `PolicyDefaults.protection`).
     recompute_budget: the rules above engage only while preemption throws away more
         computed tokens than this many per token of the segments that ended, over the
         last few hundred iterations (`progress.ThrashMeter`); below it every policy

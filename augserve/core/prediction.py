@@ -26,6 +26,20 @@ class Predictor(Protocol):
     def predict(self, requests: Sequence[Request]) -> list[Prediction]: ...
 
 
+def apply_prediction(
+    req: Request, prediction: Prediction | None, predictor: Predictor | None
+) -> None:
+    """Set the request's predicted segment: `prediction`, else the predictor's, else
+    one token without a call."""
+    if prediction is None and predictor is not None:
+        prediction = predictor.predict([req])[0]
+    if prediction is None:
+        prediction = Prediction(output_len=1.0, call_time=None)
+    req.pred_output_len = prediction.output_len
+    req.pred_call_time = prediction.call_time
+    req.pred_return_len = prediction.return_len
+
+
 def client_key(tool: str | None) -> str:
     """The tool name a client-side tool's round trip is recorded and learned under
     (`CallRecord.tool` of a paused client session; `predict/online.py`)."""

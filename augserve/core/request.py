@@ -52,6 +52,28 @@ class RequestStatus(enum.IntEnum):
     def is_paused(self) -> bool:
         return RequestStatus.PAUSED_PRESERVED <= self <= RequestStatus.PAUSED_DISCARDED
 
+    @property
+    def applied_policy(self) -> ContextPolicy:
+        """What a call's paused status says was done to the KV."""
+        return _APPLIED[self]
+
+    @property
+    def resumed(self) -> RequestStatus:
+        """The status a paused request returns to from its call."""
+        return _RESUMED[self]
+
+
+_APPLIED = {
+    RequestStatus.PAUSED_PRESERVED: ContextPolicy.PRESERVE,
+    RequestStatus.PAUSED_SWAPPED: ContextPolicy.SWAP,
+    RequestStatus.PAUSED_DISCARDED: ContextPolicy.DISCARD,
+}
+_RESUMED = {
+    RequestStatus.PAUSED_PRESERVED: RequestStatus.RUNNING,
+    RequestStatus.PAUSED_SWAPPED: RequestStatus.RESUMABLE_SWAPPED,
+    RequestStatus.PAUSED_DISCARDED: RequestStatus.WAITING,
+}
+
 
 class FinishReason(enum.Enum):
     STOP = "stop"
@@ -242,6 +264,25 @@ class Request:
         self.num_tokens += num_returned
         self.num_returned_tokens += num_returned
         return num_returned
+
+    def end_call(
+        self, num_returned: int, token_ids: Sequence[int] | None, now: float
+    ) -> CallRecord:
+        """The open call came back with `num_returned` tokens (they join the context)."""
+        call = self.calls[-1]
+        call.end = now
+        call.returned_tokens = self.append_returned(num_returned, token_ids)
+        return call
+
+    def leave_call(self, now: float) -> ContextPolicy:
+        """After `end_call`: the request enters its next segment, runnable again in the
+        status its paused one says; returns what was done to its KV during the call."""
+        self.calls[-1].policy = applied = self.status.applied_policy
+        self.status = self.status.resumed
+        self.segment_index += 1
+        self.segment_generated = 0
+        self.last_scheduled_time = now
+        return applied
 
     def preview_return(self, num_returned: int, now: float) -> Request:
         """A copy in the state `resume` will leave this request in (for predicting

@@ -41,6 +41,7 @@ from augserve.integrations.sessions import EndedTurn, EndedTurns, continue_turn
 from augserve.predict.base import make_predictor
 from augserve.profiles import load_profile
 from augserve.sched.budget import dynamic_token_budget
+from augserve.sched.call_handling import PolicyChooses
 from augserve.sched.context_policy import choose_context_policy
 from augserve.sched.policies import RankingPolicy, make_policy, uses_dynamic_budget
 
@@ -215,13 +216,13 @@ class PolicyBridge:
         return policy
 
     def _pause_policy(self, mirror: Request, now: float) -> ContextPolicy:
-        """Forced, the policy's own (`owns_context_policy`), else the min-waste choice
+        """Forced, the policy's own (`PolicyChooses`), else the min-waste choice
         between Preserve and Discard (no per-request swap in the engine)."""
         forced = self._call_policy.get(mirror.request_id, PRESERVE)
         if forced is not None:
             return forced
         policy = self._policy(mirror.request_id)
-        if policy.owns_context_policy:
+        if policy.call_handling is PolicyChooses:
             chosen = policy.call_policy(mirror, now)
             return DISCARD if chosen is ContextPolicy.SWAP else chosen
         other = max(0, self._running_tokens - mirror.num_computed_tokens)
@@ -328,10 +329,9 @@ class PolicyBridge:
                 mirror.last_scheduled_time = now
                 if mirror.first_scheduled_time is None:
                     mirror.first_scheduled_time = now
+        live = [self._live[c] for c in candidates if c in self._live]
         for policy in self._policies.values():
-            if policy.needs_after_schedule:
-                live = [self._live[c] for c in candidates if c in self._live]
-                policy.after_schedule(live, ran, now)
+            policy.after_schedule(live, ran, now)
 
     def token_budget(self, free_blocks: int, reclaimable_blocks: int) -> int | None:
         """The dynamic budget for the next step, or None where the policy's is static."""

@@ -25,19 +25,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from augserve.core.request import Request
-from augserve.sched.memory import MemoryManager
+from augserve.sched.kv_manager import KVCacheManager
 from augserve.sched.slo import predicted_left
 
 
 class GrowthGate:
     """One iteration's admission gate (built by the packer when the policy asks)."""
 
-    def __init__(self, frac: float, memory: MemoryManager, holders: Sequence[Request]) -> None:
+    def __init__(self, frac: float, kv: KVCacheManager, holders: Sequence[Request]) -> None:
         if not frac >= 0.0:
             raise ValueError(f"GrowthGate.frac must be >= 0, got {frac}")
         self.frac = frac
-        self.memory = memory
-        self.pool = memory.pool
+        self.kv = kv
+        self.pool = kv.pool
         self.any_holder = bool(holders)
         self.reserve = frac * sum(self.growth(r) for r in holders)
         self.closed = False
@@ -55,7 +55,7 @@ class GrowthGate:
         if not self.any_holder:
             return True
         need = min(self.growth(req), self.pool.num_device_blocks)
-        room = self.pool.num_free_device + self.memory.reclaimable_blocks()
+        room = self.pool.num_free_device + self.kv.reclaimable_blocks()
         if need + self.reserve > room:
             self.closed = True
             return False

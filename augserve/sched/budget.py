@@ -4,6 +4,19 @@ from __future__ import annotations
 
 import math
 
+from augserve.core.config import SchedulerConfig
+
+
+def token_budget(config: SchedulerConfig, dynamic: bool, free: int, reclaimable: int) -> int:
+    """The iteration's token budget: T_max, or with `dynamic` the budget that follows
+    the free and reclaimable device blocks."""
+    if not dynamic:
+        return config.max_batch_tokens
+    c = config
+    return dynamic_token_budget(
+        free, reclaimable, c.block_size, c.max_batch_tokens, c.beta_low, c.beta_high
+    )
+
 
 def dynamic_token_budget(
     free_blocks: int,

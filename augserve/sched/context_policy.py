@@ -6,6 +6,7 @@ not change any comparison), time in seconds.
 
 from __future__ import annotations
 
+from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
 from augserve.core.request import ContextPolicy
 
@@ -64,3 +65,19 @@ def choose_context_policy(
         latency.prefill_time(ctx_len),
         swap_waste(ctx_len, latency) if allow_swap else None,
     )
+
+
+def min_waste_policy(
+    config: SchedulerConfig,
+    latency: LatencyModel,
+    ctx_len: int,
+    call_time: float,
+    other_tokens: int,
+) -> ContextPolicy:
+    """The one min-waste choice at a call (the scheduler's at a call start, a planning
+    policy's for a predicted call): the config's forced policy, else the argmin of the
+    waste, Swap allowed where the config has host memory."""
+    if config.forced_context_policy is not None:
+        return config.forced_context_policy
+    allow_swap = config.num_host_blocks > 0
+    return choose_context_policy(ctx_len, call_time, other_tokens, latency, allow_swap)

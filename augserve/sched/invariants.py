@@ -93,21 +93,22 @@ def check_invariants(
             or not r.host_block_ids,
             f"{r.request_id}: host blocks in {r.status}",
         )
-    for rid in sched.memory.reclaimable:
+    for rid in sched.kv.reclaimable:
         _check(sched.is_paused(rid), f"{rid}: reclaimable but not paused")
-    if sched.queue is not None:
+    queue = sched.requests.queue
+    if queue is not None:
         for r in live:
             if sched.is_paused(r.request_id):
-                _check(r not in sched.queue, f"{r.request_id}: paused and queued")
+                _check(r not in queue, f"{r.request_id}: paused and queued")
                 continue
             holds = bool(r.block_ids or r.host_block_ids)
-            queued = r in sched.queue
+            queued = r in queue
             _check(
                 queued == (not holds and r.protected is None),
                 f"{r.request_id}: holds KV={holds}, protected={r.protected}, queued={queued}",
             )
         _check(
-            len(sched.queue) + sched.num_held == sched.num_live - sched.num_in_calls(),
+            len(queue) + len(sched.requests.held) == sched.num_live - sched.num_in_calls(),
             "the queue and the KV holders do not add up to the runnable requests",
         )
     for r in finished:

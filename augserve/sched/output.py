@@ -118,8 +118,6 @@ class SchedulerUpdate:
 
     finished: list[FinishedRequest] = field(default_factory=list)
     calls_started: list[StartedCall] = field(default_factory=list)
-    resumed: list[str] = field(default_factory=list)
-    kv_freed: list[str] = field(default_factory=list)  # all KV released (finished)
     kv_discarded: list[str] = field(default_factory=list)  # dropped at a call, recompute later
     # ended with "tool_calls" and kept as a paused client session (`sessions.py`): the
     # client's response ends here, the request stays paused in the scheduler
@@ -128,8 +126,6 @@ class SchedulerUpdate:
     def merge(self, other: SchedulerUpdate) -> None:
         self.finished += other.finished
         self.calls_started += other.calls_started
-        self.resumed += other.resumed
-        self.kv_freed += other.kv_freed
         self.kv_discarded += other.kv_discarded
         self.sessions_paused += other.sessions_paused
 
@@ -156,7 +152,7 @@ class SchedulerStats:
     prefix_cache_queries: int = 0  # tokens looked up in the prefix cache at admission
     prefix_cache_hits: int = 0  # of them, tokens found
     num_sessions: int = 0  # paused client sessions (`sessions.py`), not in num_paused
-    # KV taken under pressure so far, by reason (`MemoryManager.preemptions`), and the
+    # KV taken under pressure so far, by reason (`KVCacheManager.preemptions`), and the
     # computed tokens it threw away
     preemptions: dict[str, int] = field(default_factory=dict)
     recomputed_tokens: int = 0

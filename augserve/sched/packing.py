@@ -3,7 +3,7 @@
 Requests are offered the batch in the policy's order. Each takes its tokens
 for this iteration (1 to decode, a chunk of its prefill / recompute / returned
 tokens otherwise) if they fit the remaining budget and its KV blocks can be
-had. Memory comes from the `MemoryManager`: free blocks, then paused requests
+had. Memory comes from the `KVCacheManager`: free blocks, then paused requests
 whose policy is Swap or Discard (lazy eviction, latest expected return
 first). A request that already holds KV and cannot grow may also displace
 preserved paused requests (swap, else discard) and preempt runnable requests
@@ -38,7 +38,7 @@ from typing import Any
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import Request
 from augserve.sched.admission import GrowthGate
-from augserve.sched.memory import MemoryManager
+from augserve.sched.kv_manager import KVCacheManager
 from augserve.sched.output import ScheduledChunk
 from augserve.sched.policies.base import RankingPolicy
 from augserve.sched.progress import Protection, growth_blocks
@@ -57,7 +57,7 @@ class Packer:
 
     def __init__(
         self,
-        memory: MemoryManager,
+        kv: KVCacheManager,
         policy: RankingPolicy,
         config: SchedulerConfig,
         candidates: Sequence[Request],
@@ -66,9 +66,8 @@ class Packer:
         queue: RankQueue | None = None,
         protection: Protection | None = None,
     ) -> None:
-        self.memory = memory
-        self.kv = memory.kv
-        self.pool = memory.pool
+        self.kv = kv
+        self.pool = kv.pool
         self.policy = policy
         self.config = config
         self.now = now
@@ -98,17 +97,17 @@ class Packer:
         self.scheduled: set[str] = set()
         self.admitted: list[Request] = []  # from the queue, now holding KV
         self.preempted: list[Request] = []  # candidates whose KV was taken
-        self.reclaim_exhausted = not memory.has_reclaimable
+        self.reclaim_exhausted = not kv.has_reclaimable
         self.block_size = config.block_size
         frac = policy.admission_growth()
-        self.gate = GrowthGate(frac, memory, self.holders) if frac is not None else None
+        self.gate = GrowthGate(frac, kv, self.holders) if frac is not None else None
         # growth first (`progress.py`): the holders cannot all grow from free + reclaimable
         self.short = (
             config.growth_first
             and self.protection.engaged
             and (
                 growth_blocks(self.holders, self.block_size)
-                > self.pool.num_free_device + memory.reclaimable_blocks()
+                > self.pool.num_free_device + kv.reclaimable_blocks()
             )
         )
 
@@ -243,23 +242,21 @@ class Packer:
             if not kv.swap_in(req):
                 return None
         holder = req if req.block_ids else None  # holds KV: may displace and preempt
-        hit = kv.prefix.take_hit(req) if admitting and kv.prefix is not None else 0
+        hit = kv.get_computed_blocks(req) if admitting else 0
         n = min(req.num_uncomputed_tokens, left)
         need = kv.blocks_needed(req, n)
-        if need > pool.num_free_device:
+        if not kv.can_allocate(need):
             self.make_room(need - pool.num_free_device, holder)
-            if need > pool.num_free_device:
+            if not kv.can_allocate(need):
                 n = min(n, kv.token_capacity(req, pool.num_free_device))
                 if n <= 0:
                     if hit:
-                        kv.free_all(req)  # not admitted: its hit goes back to the cache
-                        req.num_computed_tokens = 0
+                        kv.undo_hit(req)  # not admitted: its hit goes back to the cache
                     return None
                 need = kv.blocks_needed(req, n)
-        kv.allocate(req, need)
+        kv.allocate_slots(req, need)
         if admitting:
-            if kv.prefix is not None:
-                kv.prefix.count(req, hit)
+            kv.count_hit(req, hit)
             if self.gate is not None:
                 self.gate.admitted(req)
         start = req.num_computed_tokens
@@ -270,11 +267,11 @@ class Packer:
         urgent = holder is not None
         freed = 0
         if not self.reclaim_exhausted:
-            freed = self.memory.reclaim(blocks, urgent)
+            freed = self.kv.reclaim(blocks, urgent)
             self.reclaim_exhausted = freed < blocks and not urgent
         if freed >= blocks or not urgent:
             return freed
-        freed += self.memory.displace_preserved(blocks - freed)
+        freed += self.kv.displace_preserved(blocks - freed)
         if freed < blocks:
             freed += self._preempt_lower(blocks - freed, holder)
         return freed
@@ -295,7 +292,7 @@ class Packer:
             if victim.request_id in self.scheduled or rank(victim) <= mine:
                 continue
             if victim.block_ids or victim.host_block_ids:
-                freed += self.memory.preempt(victim)
+                freed += self.kv.preempt(victim)
                 self.preempted.append(victim)
                 protection.preempted(victim)
         return freed
@@ -303,16 +300,3 @@ class Packer:
 
 def _protection_order(req: Request) -> int:
     return req.protected or 0
-
-
-def pack_batch(
-    memory: MemoryManager,
-    policy: RankingPolicy,
-    config: SchedulerConfig,
-    candidates: Sequence[Request],
-    budget: int,
-    now: float,
-    protection: Protection | None = None,
-) -> list[ScheduledChunk]:
-    """The iteration's chunks, in the policy's order, within budget and memory."""
-    return Packer(memory, policy, config, candidates, now, protection=protection).run(budget)

@@ -58,7 +58,7 @@ class ThrashMeter:
         self.decay = decay
         self.done = 0.0  # tokens of the segments that ended, decayed
         self.lost = 0.0  # computed tokens preemption threw away, decayed
-        self._seen = 0  # the memory manager's recomputed-token count last seen
+        self._seen = 0  # the KV manager's recomputed-token count last seen
         self._ended = 0  # tokens of ended segments since the last iteration
 
     @property
@@ -69,7 +69,7 @@ class ThrashMeter:
         self._ended += req.num_tokens
 
     def observe(self, recomputed_total: int) -> None:
-        """Once per iteration, with the memory manager's running recompute count."""
+        """Once per iteration, with the KV manager's running recompute count."""
         d = self.decay
         self.done = self.done * d + self._ended
         self.lost = self.lost * d + (recomputed_total - self._seen)

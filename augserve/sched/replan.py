@@ -23,28 +23,28 @@ from augserve.core.latency import LatencyModel
 from augserve.core.prediction import OnlineLearner
 from augserve.core.request import Request
 from augserve.sched.context_policy import choose_from_terms, swap_waste
-from augserve.sched.memory import MemoryManager
+from augserve.sched.kv_manager import KVCacheManager
 
 
 class Replanner:
     def __init__(
         self,
-        memory: MemoryManager,
+        kv: KVCacheManager,
         latency: LatencyModel,
         block_size: int,
         learner: OnlineLearner | None = None,
     ) -> None:
-        self.memory = memory
+        self.kv = kv
         self.learner = learner
         self.latency = latency
         self.block_size = block_size
-        self.allow_swap = memory.pool.num_host_blocks > 0
+        self.allow_swap = kv.pool.num_host_blocks > 0
         self._parts: dict[str, tuple[int, float, float | None]] = {}  # ctx, tau_fwd, Waste_S
 
     def run(self, now: float, other_tokens: int) -> None:
         """Choose again the policy of every paused request holding device KV."""
-        parts, bs, memory = self._parts, self.block_size, self.memory
-        for rid, req in memory.in_call.items():
+        parts, bs, kv = self._parts, self.block_size, self.kv
+        for rid, req in kv.in_call.items():
             ctx = len(req.block_ids) * bs if req.host_block_ids else req.num_tokens
             part = parts.get(rid)
             if part is None or part[0] != ctx:
@@ -52,7 +52,7 @@ class Replanner:
             left = self.remaining(req, now)
             policy = choose_from_terms(ctx, left, other_tokens, part[1], part[2])
             if policy is not req.context_policy:
-                memory.replan(req, policy)
+                kv.replan(req, policy)
 
     def remaining(self, req: Request, now: float) -> float:
         """Seconds the open call is expected to last from `now` (the module doc)."""

@@ -16,32 +16,135 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from augserve.core.prediction import Prediction, client_key
-from augserve.core.request import CallRecord, ContextPolicy, FinishReason, Request, RequestStatus
-from augserve.sched.context_policy import choose_context_policy
+from augserve.core.block_pool import BlockPool
+from augserve.core.config import SchedulerConfig
+from augserve.core.latency import LatencyModel
+from augserve.core.prediction import (
+    OnlineLearner,
+    Prediction,
+    Predictor,
+    apply_prediction,
+    client_key,
+)
+from augserve.core.request import CallRecord, FinishReason, Request, RequestStatus
+from augserve.sched.budget import token_budget
+from augserve.sched.call_handling import make_call_handling
+from augserve.sched.kv_manager import KVCacheManager, swap_budget
 from augserve.sched.output import (
+    FinishedRequest,
     SchedulerOutput,
+    SchedulerStats,
     SchedulerUpdate,
     StartedCall,
     StepEvent,
     StepResult,
 )
-from augserve.sched.packing import Packer, pack_batch
-from augserve.sched.progress import Protection
-from augserve.sched.ranking import RankQueue
-from augserve.sched.sessions import extends, take_over_kv
-from augserve.sched.state import SchedulerState
+from augserve.sched.packing import Packer
+from augserve.sched.policies import make_policy, uses_dynamic_budget, uses_prefix_caching
+from augserve.sched.prefix_cache import PrefixCache
+from augserve.sched.progress import Protection, ThrashMeter
+from augserve.sched.requests import LiveRequests
+from augserve.sched.sessions import SessionTable
 
 
-class Scheduler(SchedulerState):
+class Scheduler:
     """One scheduler for the simulator and the engine: arrivals, one iteration's
-    decision, the executor's reports, call returns and aborts (the module doc)."""
+    decision, the executor's reports, call returns and aborts (the module doc).
+
+    It owns its collaborators: `kv` (the `KVCacheManager`: blocks, prefix cache,
+    swap, what paused requests hold), `requests` (`LiveRequests`: where each live
+    request is), `policy` (the ranking policy), `calls` (the call-handling strategy
+    the policy declared), `protection` and `thrash` (the progress rules) and
+    `sessions` (paused client sessions, when `session_ttl > 0`).
+    """
+
+    def __init__(
+        self, config: SchedulerConfig, latency: LatencyModel, predictor: Predictor | None = None
+    ) -> None:
+        self.config = config
+        self.latency = latency
+        self.predictor = predictor
+        # a predictor that learns from the scheduler's reports (the server's default)
+        self.learner = predictor if isinstance(predictor, OnlineLearner) else None
+        self.kv = KVCacheManager.for_config(config, latency, uses_prefix_caching(config))
+        self.policy = policy = make_policy(config, latency, self)
+        self.calls = make_call_handling(
+            policy.call_handling, policy, config, self.kv, latency,
+            self.running_tokens, self.learner, self._refresh_prediction,
+        )  # fmt: skip
+        # progress rule 2 (`progress.py`): protection where the policy's preemption
+        # order moves (a fixed order makes progress without it)
+        self.protection = Protection(
+            config.max_preemptions if policy.defaults.protection else None, policy.preempt_key
+        )
+        self.thrash = ThrashMeter(config.recompute_budget)
+        self.dynamic_budget = uses_dynamic_budget(config)
+        self.requests = LiveRequests(policy.make_queue() if config.incremental_ranking else None)
+        self.sessions: SessionTable | None = None  # paused client sessions (`sessions.py`)
+        if config.session_ttl > 0:
+            self.sessions = SessionTable(config.session_ttl, self.kv, self.learner)
+        self._update = SchedulerUpdate()
+        self._running_tokens = 0
+        self._running_batch = 0
+        self._last_budget = config.max_batch_tokens
+        self.iteration = 0
+        self.capacity_tokens = config.num_device_blocks * config.block_size
+
+    def latency_changed(self) -> None:
+        """The latency model's numbers changed (the server's start-up fit switched it):
+        refresh what was derived from them, the policy's decode iteration time and the
+        swap budget when the config did not fix it."""
+        self.policy.tau_iter = self.latency.decode_iter_time()
+        self.kv.swap_budget_blocks = swap_budget(self.config, self.latency)
+
+    # --- queries -------------------------------------------------------------------
+    @property
+    def pool(self) -> BlockPool:
+        """The block pool, read-only for executors (the engine mirrors its moves)."""
+        return self.kv.pool
+
+    @property
+    def prefix(self) -> PrefixCache | None:
+        return self.kv.prefix
+
+    @property
+    def num_live(self) -> int:
+        return len(self.requests)
+
+    def has_runnable(self) -> bool:
+        return bool(self.requests.runnable)
+
+    def num_in_calls(self) -> int:
+        return len(self.requests.paused)
+
+    def is_paused(self, request_id: str) -> bool:
+        return request_id in self.requests.paused
+
+    def running_tokens(self) -> int:
+        """Tokens held by running requests (L_other), as of the last `schedule()`."""
+        return self._running_tokens
+
+    def running_batch(self) -> int:
+        """Tokens the running requests compute next (1 per decoding request, the rest of
+        a prefill), as of the last `schedule()`: MARS's "running batch"."""
+        return self._running_batch
+
+    def token_budget(self) -> int:
+        free, reclaimable = self.kv.pool.num_free_device, self.kv.reclaimable_blocks()
+        return token_budget(self.config, self.dynamic_budget, free, reclaimable)
+
+    def stats(self) -> SchedulerStats:
+        return self.requests.stats(self.kv, self.sessions, self._last_budget)
+
+    def live_requests(self) -> list[Request]:
+        """Every request in the scheduler (for invariant checks and reports)."""
+        return self.requests.all()
 
     # --- arrivals ------------------------------------------------------------------
     def add_request(
         self, req: Request, now: float, prediction: Prediction | None = None
     ) -> SchedulerUpdate:
-        if req.request_id in self._runnable or req.request_id in self._paused:
+        if req.request_id in self.requests:
             raise ValueError(f"request {req.request_id!r} is already in the scheduler")
         req.status = RequestStatus.WAITING
         req.last_scheduled_time = now
@@ -49,84 +152,40 @@ class Scheduler(SchedulerState):
             self._finish(req, FinishReason.ERROR, now)
             return self._take_update()
         if self.sessions is not None:
-            old = self.sessions.match(req.session_id, req.token_ids, req.cache_salt)
-            if old is not None:
-                self._continue_session(old, req, now)
-        self._apply_prediction(req, prediction)
-        self._peek_prefix(req)
+            self.sessions.continue_into(req, now, self._finish)
+        apply_prediction(req, prediction, self.predictor)
+        req.num_cached_tokens = self.kv.peek_computed_tokens(req)  # a cached prefix costs less
         self.policy.on_arrival(req, now)
-        self._add_runnable(req, now)
+        self.requests.add_runnable(req, now)
         return self._take_update()
 
     # --- one iteration ---------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
         self.iteration += 1
         out = SchedulerOutput(now=now)
-        self.memory.kv.begin(out)
-        self._count_running()
+        kv, requests = self.kv, self.requests
+        kv.begin(out)
+        self._running_tokens, self._running_batch = requests.count_running()
         if self.sessions is not None:
-            for req in self.sessions.expired(now):
-                self._finish(req, FinishReason.ABORT, now)  # the client never came back
-        if self._replanner is not None:
-            self._replanner.run(now, self._running_tokens)
-        elif self.policy.owns_context_policy:
-            for req in self.policy.replan(self.memory.in_call, now):
-                self.memory.replan(req, ContextPolicy.DISCARD)
+            self.sessions.expire(now, self._finish)  # the client never came back
+        self.calls.each_iteration(now, self._running_tokens)
         if not self.config.lazy_eviction:
-            self.memory.evict_all_reclaimable()
+            kv.evict_all_reclaimable()
         out.token_budget = self._last_budget = self.token_budget()
         self.protection.engaged = self.thrash.engaged  # the progress rules, while thrashing
-        queue = self.queue
-        if queue is None:
-            candidates = list(self._runnable.values())
-            out.chunks = pack_batch(
-                self.memory,
-                self.policy,
-                self.config,
-                candidates,
-                out.token_budget,
-                now,
-                self.protection,
-            )
-        else:
-            queue.advance(now)
-            candidates = list(self._held.values())
-            packer = Packer(
-                self.memory,
-                self.policy,
-                self.config,
-                candidates,
-                now,
-                queue=queue,
-                protection=self.protection,
-            )
-            out.chunks = packer.run(out.token_budget)
-        running = RequestStatus.RUNNING
-        for chunk in out.chunks:
-            req = chunk.request
-            req.status = running
-            req.last_scheduled_time = now
-            if req.first_scheduled_time is None:
-                req.first_scheduled_time = now
-        if queue is not None:
-            self._requeue(packer, queue, now)
-        if self.policy.needs_after_schedule:
-            scheduled = {c.request.request_id for c in out.chunks}
-            self.policy.after_schedule(candidates, scheduled, now)
-        self.memory.kv.end()
-        self.thrash.observe(self.memory.recomputed_tokens)
+        if requests.queue is not None:
+            requests.queue.advance(now)
+        candidates = requests.candidates()
+        packer = Packer(kv, self.policy, self.config, candidates, now,
+                        queue=requests.queue, protection=self.protection)  # fmt: skip
+        out.chunks = packer.run(out.token_budget)
+        requests.scheduled(out.chunks, now)
+        requests.requeue(packer.admitted, packer.preempted, now)
+        scheduled = {c.request.request_id for c in out.chunks}
+        self.policy.after_schedule(candidates, scheduled, now)
+        kv.end()
+        self.thrash.observe(kv.recomputed_tokens)
         return out
-
-    def _requeue(self, packer: Packer, queue: RankQueue, now: float) -> None:
-        """Move requests that got KV out of the queue, and those that lost it in."""
-        held = self._held
-        for req in packer.admitted:
-            queue.remove(req)
-            held[req.request_id] = req
-        for req in packer.preempted:  # a protected request stays out of the queue
-            if not (req.block_ids or req.host_block_ids or req.protected is not None):
-                del held[req.request_id]
-                queue.add(req, now)
 
     # --- executor reports --------------------------------------------------------------
     def update_from_output(
@@ -136,22 +195,24 @@ class Scheduler(SchedulerState):
         elapsed = max(0.0, now - out.now)
         get, capacity = results.get, self.capacity_tokens
         finish, call = StepEvent.FINISH, StepEvent.CALL
-        prefix, bs = self.prefix, self.config.block_size
+        kv, caching, bs = self.kv, self.kv.prefix is not None, self.config.block_size
+        sessions = self.sessions
         for chunk in out.chunks:  # runs for every request of every iteration: kept lean
             req = chunk.request
             if req.finish_time is not None:
                 continue  # aborted while the iteration ran
             req.num_computed_tokens += chunk.num_tokens
             req.exec_time += elapsed
-            if prefix is not None and req.num_computed_tokens // bs > req.num_hashed_blocks:
-                prefix.cache_computed(req)  # a block filled up: later requests may hit it
+            if caching and req.num_computed_tokens // bs > req.num_hashed_blocks:
+                kv.cache_blocks(req)  # a block filled up: later requests may hit it
             if not chunk.sample:
                 continue
             result = get(req.request_id, _NO_EVENT)
             req.append_generated(result.token_id, now)
             event = result.event
             if event is finish:
-                if result.finish_reason is FinishReason.TOOL_CALLS and self._keeps_session(req):
+                tool_calls = result.finish_reason is FinishReason.TOOL_CALLS
+                if tool_calls and sessions is not None and sessions.keeps(req, capacity):
                     self._start_call(req, result, now, client=True)
                 else:
                     self._finish(req, result.finish_reason, now)
@@ -160,13 +221,6 @@ class Scheduler(SchedulerState):
             elif event is call:
                 self._start_call(req, result, now)
         return self._take_update()
-
-    def _keeps_session(self, req: Request) -> bool:
-        return (
-            self.sessions is not None
-            and req.token_ids is not None
-            and req.num_tokens + 1 <= self.capacity_tokens
-        )
 
     def _start_call(
         self, req: Request, result: StepResult, now: float, client: bool = False
@@ -177,22 +231,11 @@ class Scheduler(SchedulerState):
             self.learner.observe_segment(req, True)
         Protection.segment_done(req)
         self.thrash.segment_ended(req)
-        self._drop_runnable(req)
-        self._paused[req.request_id] = req
+        self.requests.pause(req)
         tool = client_key(result.tool) if client else result.tool
         req.calls.append(CallRecord(start=now, tool=tool, args_len=result.args_len))
-        if self.policy.discard_on_call:
-            policy = ContextPolicy.DISCARD
-        else:
-            if self.predictor is not None and (result.tool is not None or self.learner):
-                self._apply_prediction(req, None)  # the call is known now: a better guess
-            policy = (
-                self.policy.call_policy(req, now)
-                if self.policy.owns_context_policy and self.config.forced_context_policy is None
-                else self._choose_policy(req)
-            )
-        self.memory.pause(req, policy, discard_now=self.policy.discard_on_call, soft=client)
-        if self.policy.discard_on_call:
+        policy = self.calls.at_call(req, result.tool, now, soft=client)
+        if req.status is RequestStatus.PAUSED_DISCARDED:  # freed at once (vLLM)
             self._update.kv_discarded.append(req.request_id)
         if client:
             assert self.sessions is not None
@@ -201,36 +244,6 @@ class Scheduler(SchedulerState):
         else:
             self._update.calls_started.append(StartedCall(req, policy))
         self.policy.on_call(req, now)
-
-    def _continue_session(self, old: Request, req: Request, now: float) -> None:
-        """`req` continues the paused session `old` (`sessions.py`): the client's round
-        trip is learned, `req` takes old's KV over if its prompt extends it (else old's
-        KV goes to the prefix cache), and `old` finishes ("tool_calls", its turn)."""
-        status = old.status
-        if extends(old, req):
-            take_over_kv(old, req, self.config.block_size)
-            req.status = _RESUMED[status] if req.num_computed_tokens else RequestStatus.WAITING
-        self._finish(old, FinishReason.TOOL_CALLS, now)  # KV not taken over: to the cache
-        call = old.calls[-1]
-        call.end = now
-        call.returned_tokens = max(0, req.num_tokens - old.num_tokens)
-        call.policy = _APPLIED[status]
-        if self.learner is not None:
-            self.learner.observe_call(old)  # the client's round trip, under client_key
-
-    def _choose_policy(self, req: Request) -> ContextPolicy:
-        """The min-waste policy at a call. L_other is the *other* running requests'
-        tokens: the caller was running when `running_tokens()` was counted, so its own
-        tokens come off (as `PlanningPolicy.planned_policy` does)."""
-        if self.config.forced_context_policy is not None:
-            return self.config.forced_context_policy
-        return choose_context_policy(
-            req.num_tokens,
-            req.pred_call_time or 0.0,
-            max(0, self.running_tokens() - req.num_computed_tokens),
-            self.latency,
-            allow_swap=self.pool.num_host_blocks > 0,
-        )
 
     def resume(
         self,
@@ -243,37 +256,24 @@ class Scheduler(SchedulerState):
         """The call came back with `num_returned` tokens (`token_ids`, where the executor
         keeps real tokens). `prediction`, if given, was made off the engine loop for the
         state after the return (see `Request.preview_return`)."""
-        req = self._paused.pop(request_id, None)
+        requests = self.requests
+        req = requests.take_returned(request_id, num_returned, token_ids)
         if req is None:
-            if request_id in self._aborted_in_call:
-                self._aborted_in_call.discard(request_id)
-                return self._take_update()  # aborted during its call: the result is dropped
-            raise KeyError(f"request {request_id!r} is not paused in a call")
-        if token_ids is not None and len(token_ids) != num_returned:
-            raise ValueError(f"resume {request_id!r}: {len(token_ids)} ids for {num_returned}")
-        self.memory.release(req)
-        self._forget_plan(request_id)
-        call = req.calls[-1]
-        call.end = now
-        call.returned_tokens = req.append_returned(num_returned, token_ids)
+            return self._take_update()  # aborted during its call: the result is dropped
+        self.kv.release(req)
+        self.calls.forget(request_id)
+        req.end_call(num_returned, token_ids, now)
         if self.learner is not None:
             self.learner.observe_call(req)
-        applied = _APPLIED[req.status]
-        call.policy = applied
-        req.status = _RESUMED[req.status]
-        req.segment_index += 1
-        req.segment_generated = 0
-        req.last_scheduled_time = now
-        if self.policy.requeue_on_return:
-            req.queue_time = now
+        applied = req.leave_call(now)
+        self.calls.at_return(req, now)
         if req.num_tokens + 1 > self.capacity_tokens:
             self._finish(req, FinishReason.LENGTH, now)
             return self._take_update()
-        self._apply_prediction(req, prediction)
-        self._peek_prefix(req)
+        apply_prediction(req, prediction, self.predictor)
+        req.num_cached_tokens = self.kv.peek_computed_tokens(req)  # a cached prefix costs less
         self.policy.on_return(req, applied, now)
-        self._add_runnable(req, now)
-        self._update.resumed.append(request_id)
+        requests.add_runnable(req, now)
         return self._take_update()
 
     def abort(
@@ -281,24 +281,41 @@ class Scheduler(SchedulerState):
     ) -> SchedulerUpdate:
         """Finish a live request as aborted (an unknown id changes nothing); `reason`
         ERROR: the executor failed on it (a forward that raised)."""
-        req = self._runnable.get(request_id) or self._paused.get(request_id)
+        req = self.requests.get(request_id)
         if req is not None:
             if req.in_call and not (self.sessions is not None and request_id in self.sessions):
                 req.calls[-1].end = now
-                self._aborted_in_call.add(request_id)
+                self.requests.aborted_in_call.add(request_id)
             self._finish(req, reason, now)
         return self._take_update()
 
+    # --- bookkeeping shared by the transitions -------------------------------------
+    def _refresh_prediction(self, req: Request, tool: str | None) -> None:
+        """At a call (the strategies that keep the KV ask): the call is known now, so
+        a fresh prediction is a better guess (a tool's, or a learner's)."""
+        if self.predictor is not None and (tool is not None or self.learner):
+            apply_prediction(req, None, self.predictor)
 
+    def _finish(self, req: Request, reason: FinishReason, now: float) -> None:
+        if self.learner is not None and reason in _SEGMENT_ENDS and not req.in_call:
+            self.learner.observe_segment(req, reason is FinishReason.TOOL_CALLS)
+        self.thrash.segment_ended(req)
+        self.kv.free(req)
+        self.requests.remove(req)
+        if self.sessions is not None:
+            self.sessions.remove(req.request_id)
+        self.calls.forget(req.request_id)
+        req.status = reason.status
+        req.finish_reason = reason
+        req.finish_time = now
+        self.policy.forget(req.request_id)
+        self._update.finished.append(FinishedRequest(req, reason))
+
+    def _take_update(self) -> SchedulerUpdate:
+        upd, self._update = self._update, SchedulerUpdate()
+        return upd
+
+
+# finishes that end a segment as the model chose (a cap or an abort cuts it short)
+_SEGMENT_ENDS = (FinishReason.STOP, FinishReason.TOOL_CALLS)
 _NO_EVENT = StepResult()  # what a sampling chunk without a result reports
-
-_APPLIED = {
-    RequestStatus.PAUSED_PRESERVED: ContextPolicy.PRESERVE,
-    RequestStatus.PAUSED_SWAPPED: ContextPolicy.SWAP,
-    RequestStatus.PAUSED_DISCARDED: ContextPolicy.DISCARD,
-}
-_RESUMED = {
-    RequestStatus.PAUSED_PRESERVED: RequestStatus.RUNNING,
-    RequestStatus.PAUSED_SWAPPED: RequestStatus.RESUMABLE_SWAPPED,
-    RequestStatus.PAUSED_DISCARDED: RequestStatus.WAITING,
-}

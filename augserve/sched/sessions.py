@@ -11,7 +11,7 @@ A new request *continues* a session when it names the session's id
 (`Request.session_id`, the client's) or, failing that, when its prompt starts
 with the paused request's context (every token whose KV was computed, the last
 sampled token excluded); the longest such context wins. The continuation takes
-the paused request's KV over (`Scheduler._continue_session`), so only its new
+the paused request's KV over (`KVCacheManager.hand_over`), so only its new
 tokens are prefilled. Failing both, a prompt that starts with a session's first
 prompt is that conversation re-rendered (a chat template may write the call back
 differently from how the model wrote it): the session ends and its KV goes to the
@@ -22,7 +22,7 @@ server's hash of the API key, `sched/prefix_cache.py`): by id or by prompt, one
 tenant can neither continue nor end another's session. Client session ids are
 names within a tenant.
 
-Retention is soft: a session's device KV is always reclaimable (`MemoryManager`'s
+Retention is soft: a session's device KV is always reclaimable (`KVCacheManager`'s
 `soft` set), so admission can take it like any planned Swap / Discard, and a
 session expires `session_ttl` seconds after its call began (its KV goes to the
 prefix cache). Nothing here reads a clock: time is passed in.
@@ -30,16 +30,23 @@ prefix cache). Nothing here reads a clock: time is passed in.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from augserve.core.request import Request
+from augserve.core.prediction import OnlineLearner
+from augserve.core.request import FinishReason, Request, RequestStatus
+from augserve.sched.kv_manager import KVCacheManager
+
+Finish = Callable[[Request, FinishReason, float], None]  # the scheduler's `_finish`
 
 
 class SessionTable:
-    """The paused client sessions, by request id and by the client's session id."""
+    """The paused client sessions, by request id and by the client's session id, and
+    what happens to them: continued by a new request, expired, kept at a client call."""
 
-    def __init__(self, ttl: float) -> None:
+    def __init__(self, ttl: float, kv: KVCacheManager, learner: OnlineLearner | None) -> None:
         self.ttl = ttl
+        self.kv = kv
+        self.learner = learner
         self.requests: dict[str, Request] = {}  # request id -> the paused request
         self.names: dict[tuple[str | None, str], str] = {}  # (salt, client id) -> request id
         self.contexts: dict[str, list[int]] = {}  # request id -> its computed context
@@ -99,6 +106,34 @@ class SessionTable:
                 best, best_len = self.requests[rid], k
         return best
 
+    def keeps(self, req: Request, capacity_tokens: int) -> bool:
+        """Whether a request that ended with "tool_calls" is kept as a session."""
+        return req.token_ids is not None and req.num_tokens + 1 <= capacity_tokens
+
+    def continue_into(self, req: Request, now: float, finish: Finish) -> None:
+        """If `req` continues a paused session (`match`): the client's round trip is
+        learned, `req` takes the session's KV over if its prompt extends it (else the
+        KV goes to the prefix cache), and the session finishes ("tool_calls", its turn)."""
+        old = self.match(req.session_id, req.token_ids, req.cache_salt)
+        if old is None:
+            return
+        status = old.status
+        if extends(old, req):
+            self.kv.hand_over(old, req)
+            req.status = status.resumed if req.num_computed_tokens else RequestStatus.WAITING
+        finish(old, FinishReason.TOOL_CALLS, now)  # KV not taken over: to the cache
+        call = old.calls[-1]
+        call.end = now
+        call.returned_tokens = max(0, req.num_tokens - old.num_tokens)
+        call.policy = status.applied_policy
+        if self.learner is not None:
+            self.learner.observe_call(old)  # the client's round trip, under client_key
+
+    def expire(self, now: float, finish: Finish) -> None:
+        """Abort the sessions whose client has not come back within the TTL."""
+        for req in self.expired(now):
+            finish(req, FinishReason.ABORT, now)
+
     def expired(self, now: float) -> list[Request]:
         """Sessions whose client has not come back within the TTL."""
         out = []
@@ -117,16 +152,3 @@ def extends(old: Request, new: Request) -> bool:
     if old.cache_salt != new.cache_salt:  # another tenant's KV: never
         return False
     return new.token_ids[:n] == old.token_ids[:n]
-
-
-def take_over_kv(old: Request, new: Request, block_size: int) -> None:
-    """Move `old`'s KV (device prefix, host suffix) to `new`, whose prompt extends it
-    (`extends`); `new` then computes only its tokens after old's computed ones."""
-    n = old.num_computed_tokens
-    full = n // block_size
-    new.block_ids, old.block_ids = old.block_ids, []
-    new.host_block_ids, old.host_block_ids = old.host_block_ids, []
-    new.num_computed_tokens, old.num_computed_tokens = n, 0
-    new.num_hashed_blocks, old.num_hashed_blocks = old.num_hashed_blocks, 0
-    new.block_hashes = old.block_hashes[:full]  # hashes past the computed prefix may differ
-    new.num_cached_prompt_tokens = n  # reused KV: the usage's cached tokens

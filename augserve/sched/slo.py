@@ -1,9 +1,9 @@
 """When a request can no longer meet its SLO (docs/paper.md section 7), as the scheduler sees it.
 
-The SLO: TTFT < `ttft` seconds and normalized latency (latency outside calls
-per generated token) < `norm_latency` seconds per token, by default 10 x the
-profile's decode iteration at batch 1, the metric's own definition
-(`augserve.core.metrics.SLOConfig.from_iteration_time`).
+The SLO is the metrics' own `augserve.core.metrics.SLOConfig`: TTFT < `ttft_slo`
+seconds and normalized latency (latency outside calls per generated token) <
+`norm_latency_slo` seconds per token, by default `NORM_FACTOR` (10) x the profile's
+decode iteration at batch 1 (`SLOConfig.from_iteration_time`).
 
 A request's *deadline* is the time after which, if it got no service until
 then, it would miss its SLO even if served alone from then on. It is a pure
@@ -26,31 +26,10 @@ agrees with it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from augserve.core.latency import LatencyModel
+from augserve.core.metrics import SLOConfig
 from augserve.core.request import Request
-
-NORM_FACTOR = 10.0  # the paper's normalized-latency SLO in decode iterations at batch 1
-
-
-@dataclass(frozen=True)
-class SLOTarget:
-    """SLO thresholds: TTFT in seconds, normalized latency in seconds per generated token."""
-
-    ttft: float
-    norm_latency: float
-
-    def __post_init__(self) -> None:
-        if not self.ttft > 0:
-            raise ValueError(f"SLOTarget.ttft must be > 0, got {self.ttft}")
-        if not self.norm_latency > 0:
-            raise ValueError(f"SLOTarget.norm_latency must be > 0, got {self.norm_latency}")
-
-    @classmethod
-    def for_latency(cls, latency: LatencyModel, ttft: float = 1.0) -> SLOTarget:
-        """The paper's SLO for a profile: TTFT < 1 s, 10 decode iterations per token."""
-        return cls(ttft=ttft, norm_latency=NORM_FACTOR * latency.decode_iter_time())
 
 
 def predicted_left(req: Request) -> float:
@@ -60,13 +39,13 @@ def predicted_left(req: Request) -> float:
 
 
 def slo_deadline(
-    req: Request, target: SLOTarget, latency: LatencyModel, norm: bool, ahead: float = 0.0
+    req: Request, target: SLOConfig, latency: LatencyModel, norm: bool, ahead: float = 0.0
 ) -> float:
     """The last time the request can get service and still meet its SLO."""
     first = req.first_token_time
     if first is None:
-        return req.arrival_time + target.ttft - latency.prefill_time(req.num_tokens_to_compute)
-    if first - req.arrival_time >= target.ttft:
+        return req.arrival_time + target.ttft_slo - latency.prefill_time(req.num_tokens_to_compute)
+    if first - req.arrival_time >= target.ttft_slo:
         return -math.inf
     if not norm:
         return math.inf
@@ -75,4 +54,4 @@ def slo_deadline(
     if req.pred_call_time is not None:
         tokens += ahead * left
     alone = latency.prefill_time(req.num_tokens_to_compute) + left * latency.decode_iter_time()
-    return req.arrival_time + req.call_time_total + target.norm_latency * tokens - alone
+    return req.arrival_time + req.call_time_total + target.norm_latency_slo * tokens - alone

@@ -81,6 +81,6 @@ def test_drain_frees_everything_and_kv_is_allocated_once(engine: LLMEngine) -> N
     assert finished == started > 50
     stats = engine.stats()
     assert stats.device_blocks_used == 0 and stats.host_blocks_used == 0
-    assert engine.scheduler.num_live == 0 and not engine.scheduler.memory.reclaimable
+    assert engine.scheduler.num_live == 0 and not engine.scheduler.kv.reclaimable
     assert not engine.has_unfinished()
     assert any(bool(torch.count_nonzero(t)) for t in engine.runner.kv.k_host)  # swaps happened

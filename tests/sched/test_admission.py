@@ -14,8 +14,7 @@ from augserve.core.config import SchedulerConfig
 from augserve.core.request import ContextPolicy, FinishReason, Request, Segment
 from augserve.predict.base import OraclePredictor
 from augserve.sched.admission import GrowthGate
-from augserve.sched.kv_manager import KVManager
-from augserve.sched.memory import MemoryManager
+from augserve.sched.kv_manager import KVCacheManager
 from augserve.sched.policies import POLICIES
 from augserve.sched.policies.slack import SlackPolicy
 from augserve.sched.scheduler import Scheduler
@@ -24,15 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
 from test_ranking_modes import decisions  # noqa: E402
 
 
-def _memory(blocks: int) -> MemoryManager:
-    return MemoryManager(KVManager(BlockPool(blocks, 0, 16), swap_budget_blocks=4))
+def _memory(blocks: int) -> KVCacheManager:
+    return KVCacheManager(BlockPool(blocks, 0, 16), swap_budget_blocks=4)
 
 
-def _holder(memory: MemoryManager, rid: str, tokens: int, left: float) -> Request:
+def _holder(memory: KVCacheManager, rid: str, tokens: int, left: float) -> Request:
     """A request holding the blocks of `tokens` tokens, `left` more predicted."""
     req = Request(rid, 0.0, tokens)
     req.pred_output_len = left
-    memory.kv.allocate(req, memory.pool.blocks_for(tokens))
+    memory.allocate_slots(req, memory.pool.blocks_for(tokens))
     req.num_computed_tokens = tokens
     return req
 
@@ -61,7 +60,7 @@ def test_admitted_requests_join_the_reserve_and_no_holder_means_admit() -> None:
     gate = GrowthGate(1.0, mem, [])
     huge = _new("huge", 1000, 1000)
     assert gate.admits(huge)  # nothing runs that would ever free memory: admit
-    mem.kv.allocate(huge, 2)
+    mem.allocate_slots(huge, 2)
     gate.admitted(huge)
     assert gate.reserve == mem.pool.blocks_for(2000) - 2
     assert not gate.admits(_new("next", 1, 1))

@@ -17,8 +17,7 @@ from augserve.core.config import SchedulerConfig
 from augserve.core.request import ContextPolicy, Request, RequestStatus, Segment
 from augserve.predict.base import OraclePredictor
 from augserve.sched.policies.mars import MARSPolicy
-from augserve.sched.policies.mars_boost import BoostClock
-from augserve.sched.policies.mars_score import Round, ScoreParams, block_triangle, score
+from augserve.sched.policies.mars_rank import BoostClock, Round, ScoreParams, block_triangle, score
 from augserve.sched.scheduler import Scheduler
 
 P, D, S = ContextPolicy.PRESERVE, ContextPolicy.DISCARD, ContextPolicy.SWAP
@@ -202,12 +201,12 @@ def test_infercept_rechooses_the_policy_with_the_remaining_call_time(reevaluate)
     # 100 tokens: Waste_P = 100 x remaining, Waste_S = 2 x 0.1 s x 10 tokens = 2: Preserve
     # wins once less than 0.02 s of the 2 s call remain, i.e. after t = 1.99
     sched.schedule(1.98)
-    assert a.context_policy is S and "a" in sched.memory.reclaimable
+    assert a.context_policy is S and "a" in sched.kv.reclaimable
     sched.schedule(1.995)
     if reevaluate:
-        assert a.context_policy is P and "a" not in sched.memory.reclaimable
+        assert a.context_policy is P and "a" not in sched.kv.reclaimable
     else:
-        assert a.context_policy is S and "a" in sched.memory.reclaimable
+        assert a.context_policy is S and "a" in sched.kv.reclaimable
 
 
 # --- AugServe: the remaining cost ------------------------------------------------------------

@@ -31,11 +31,11 @@ def test_a_short_call_is_pinned_for_its_ttl_then_its_kv_may_go_to_the_cache() ->
     policy = d.sched.policy
     expiry = policy._expiry["a"]
     assert expiry == a.calls[0].start + 0.5  # no history: the prediction as a point mass
-    assert "a" not in d.sched.memory.reclaimable  # pinned: admission cannot take it
+    assert "a" not in d.sched.kv.reclaimable  # pinned: admission cannot take it
     d.now = expiry + 0.01  # the call outlives its TTL (the driver returns it at 0.5)
     d.returns["a"] = (expiry + 10.0, a)
     d.step()
-    assert "a" in d.sched.memory.reclaimable  # expired: reclaimable, to the prefix cache
+    assert "a" in d.sched.kv.reclaimable  # expired: reclaimable, to the prefix cache
     d.run_until_idle()
     assert a.is_finished
 
@@ -47,7 +47,7 @@ def test_a_call_not_worth_pinning_lets_the_kv_go_at_once() -> None:
     d.add(a)
     _run_until_call(d, a)
     assert a.context_policy is ContextPolicy.DISCARD
-    assert "a" in d.sched.memory.reclaimable
+    assert "a" in d.sched.kv.reclaimable
 
 
 def test_the_ttl_follows_the_tool_s_observed_durations() -> None:

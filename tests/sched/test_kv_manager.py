@@ -4,12 +4,12 @@ import pytest
 
 from augserve.core.block_pool import BlockPool, OutOfBlocks
 from augserve.core.request import Request
-from augserve.sched.kv_manager import KVManager
+from augserve.sched.kv_manager import KVCacheManager
 from augserve.sched.output import SchedulerOutput
 
 
-def _kv(device=8, host=8, budget=100) -> tuple[KVManager, SchedulerOutput]:
-    kv = KVManager(BlockPool(device, host, block_size=4), budget)
+def _kv(device=8, host=8, budget=100) -> tuple[KVCacheManager, SchedulerOutput]:
+    kv = KVCacheManager(BlockPool(device, host, block_size=4), budget)
     out = SchedulerOutput(now=0.0)
     kv.begin(out)
     return kv, out
@@ -19,7 +19,7 @@ def test_blocks_needed_counts_device_and_host_blocks():
     kv, _ = _kv()
     req = Request("r", 0.0, 10)
     assert kv.blocks_needed(req, 10) == 3  # ceil(10 / 4)
-    kv.allocate(req, 3)
+    kv.allocate_slots(req, 3)
     req.num_computed_tokens = 10
     assert kv.blocks_needed(req, 2) == 0  # 12 tokens still fit 3 blocks
     assert kv.blocks_needed(req, 3) == 1
@@ -29,7 +29,7 @@ def test_blocks_needed_counts_device_and_host_blocks():
 def test_swap_out_moves_whole_blocks_from_the_back_and_swap_in_restores_order():
     kv, out = _kv()
     req = Request("r", 0.0, 16)
-    kv.allocate(req, 4)
+    kv.allocate_slots(req, 4)
     original = list(req.block_ids)
     assert kv.swap_out(req, 2) == 2
     assert req.block_ids == original[:2]
@@ -48,7 +48,7 @@ def test_swap_out_moves_whole_blocks_from_the_back_and_swap_in_restores_order():
 def test_swap_budget_limits_blocks_per_iteration():
     kv, out = _kv(budget=3)
     req = Request("r", 0.0, 32)
-    kv.allocate(req, 8)
+    kv.allocate_slots(req, 8)
     assert kv.swap_out(req, 8) == 3
     assert not kv.can_swap_out()
     kv.begin(SchedulerOutput(now=1.0))
@@ -60,7 +60,7 @@ def test_swap_budget_limits_blocks_per_iteration():
 def test_swap_out_stops_when_host_is_full_and_discard_frees_everything():
     kv, out = _kv(device=8, host=2)
     req = Request("r", 0.0, 16)
-    kv.allocate(req, 4)
+    kv.allocate_slots(req, 4)
     req.num_computed_tokens = 16
     assert kv.swap_out(req, 4) == 2
     assert kv.discard(req) == 2

@@ -4,9 +4,8 @@ the scan used to skip as many requests as had left the sorted top since the sort
 from __future__ import annotations
 
 from augserve.core.request import ContextPolicy, Request, RequestStatus
-from augserve.sched.policies.mars_boost import BoostClock
 from augserve.sched.policies.mars_queue import MARSQueue
-from augserve.sched.policies.mars_score import Round, ScoreParams
+from augserve.sched.policies.mars_rank import BoostClock, Round, ScoreParams
 
 
 def _queue(n: int) -> tuple[MARSQueue, list[Request]]:

@@ -9,17 +9,18 @@ import pytest
 from driver import Driver, easy_profile
 
 from augserve.core.config import SchedulerConfig
+from augserve.core.metrics import NORM_FACTOR, SLOConfig
 from augserve.core.request import CallRecord, FinishReason, Request, Segment
 from augserve.predict.base import OraclePredictor
 from augserve.sched.policies import POLICIES, make_policy
 from augserve.sched.policies.slack import SlackPolicy
 from augserve.sched.ranking import HeapQueue
 from augserve.sched.scheduler import Scheduler
-from augserve.sched.slo import SLOTarget, slo_deadline
+from augserve.sched.slo import slo_deadline
 from augserve.sched.triage import TriageQueue
 
 # easy_profile: tau_fwd(L) = 0.01 + 0.001 L, decode iteration 0.01 s: norm SLO 0.1 s/token
-TARGET = SLOTarget.for_latency(easy_profile())
+TARGET = SLOConfig.from_iteration_time(easy_profile().decode_iter_time())
 
 
 class _Load:
@@ -39,12 +40,21 @@ def _started(arrival: float, first: float, generated: int, predicted: float) -> 
 
 
 def test_target_is_the_metric_slo_and_rejects_bad_values() -> None:
-    assert TARGET.ttft == 1.0
-    assert TARGET.norm_latency == pytest.approx(0.1)
-    with pytest.raises(ValueError, match="ttft"):
-        SLOTarget(ttft=0.0, norm_latency=0.1)
-    with pytest.raises(ValueError, match="norm_latency"):
-        SLOTarget(ttft=1.0, norm_latency=-1.0)
+    assert TARGET.ttft_slo == 1.0
+    assert TARGET.norm_latency_slo == pytest.approx(0.1)
+    assert TARGET.norm_latency_slo == NORM_FACTOR * easy_profile().decode_iter_time()
+    with pytest.raises(ValueError, match="ttft_slo"):
+        SLOConfig(norm_latency_slo=0.1, ttft_slo=0.0)
+    with pytest.raises(ValueError, match="norm_latency_slo"):
+        SLOConfig(norm_latency_slo=-1.0, ttft_slo=1.0)
+
+
+def test_the_policy_triages_by_the_metric_slo_and_its_overrides() -> None:
+    cfg = SchedulerConfig(policy="augserve-slo")
+    policy = SlackPolicy(cfg, easy_profile(), _Load())
+    assert policy.target == TARGET
+    own = SlackPolicy(cfg.with_(slo_ttft=2.0, slo_norm_latency=0.5), easy_profile(), _Load())
+    assert own.target == SLOConfig(norm_latency_slo=0.5, ttft_slo=2.0)
 
 
 def test_ttft_deadline_leaves_time_for_the_prefill() -> None:
@@ -162,9 +172,9 @@ def test_the_slo_it_triages_by_is_the_deployments_when_given() -> None:
     paper = make_policy(cfg, easy_profile(), _Load())
     told = make_policy(cfg.with_(slo_ttft=0.5, slo_norm_latency=0.2), easy_profile(), _Load())
     assert isinstance(paper, SlackPolicy) and isinstance(told, SlackPolicy)
-    assert paper.target.ttft == 1.0
-    assert paper.target.norm_latency == pytest.approx(10 * paper.latency.decode_iter_time())
-    assert (told.target.ttft, told.target.norm_latency) == (0.5, 0.2)
+    assert paper.target.ttft_slo == 1.0
+    assert paper.target.norm_latency_slo == pytest.approx(10 * paper.latency.decode_iter_time())
+    assert (told.target.ttft_slo, told.target.norm_latency_slo) == (0.5, 0.2)
     req = Request("r", arrival_time=0.0, prompt_len=10)
     req.pred_output_len = 10.0
     assert told.is_lost(req, 0.6) and not paper.is_lost(req, 0.6)

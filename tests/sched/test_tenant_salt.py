@@ -38,10 +38,10 @@ def test_no_salt_keeps_the_shared_chain_of_the_simulator():
     y = c.add("x1", ids(100))  # a plain request: no salt, as before
     c.run()
     assert y.num_cached_prompt_tokens == 96
-    assert sched.memory.kv.prefix is not None
-    hashes = [sched.memory.kv.prefix.block_hash(y, i) for i in range(2)]
+    assert sched.kv.prefix is not None
+    hashes = [sched.kv.prefix.block_hash(y, i) for i in range(2)]
     salted = _add(c, "x2", ids(100), "t")
-    other = [sched.memory.kv.prefix.block_hash(salted, i) for i in range(2)]
+    other = [sched.kv.prefix.block_hash(salted, i) for i in range(2)]
     assert not set(hashes) & set(other)
 
 

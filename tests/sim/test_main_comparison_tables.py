@@ -55,7 +55,7 @@ def test_swap_rate_revert_is_the_profiles_host_link_not_the_default() -> None:
     # leaving V2's 2 blocks/s in place: the revert names the profile's rate instead
     from augserve.bench.runner import point_scheduler_config
     from augserve.profiles import load_profile
-    from augserve.sched.policies.mars_score import BLOCK
+    from augserve.sched.policies.mars_rank import BLOCK
 
     mc = _module()
     for name in mc.PROFILES:

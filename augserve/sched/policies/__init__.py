@@ -43,14 +43,14 @@ def uses_dynamic_budget(config: SchedulerConfig) -> bool:
     """The config's override, else the policy's default."""
     if config.dynamic_budget is not None:
         return config.dynamic_budget
-    return policy_class(config.policy).uses_dynamic_budget
+    return policy_class(config.policy).defaults.dynamic_budget
 
 
 def uses_prefix_caching(config: SchedulerConfig) -> bool:
     """The config's `enable_prefix_caching`, else the policy's default."""
     if config.enable_prefix_caching is not None:
         return config.enable_prefix_caching
-    return policy_class(config.policy).prefix_caching
+    return policy_class(config.policy).defaults.prefix_caching
 
 
 __all__ = ["POLICIES", "LoadView", "RankingPolicy", "make_policy", "policy_class"]

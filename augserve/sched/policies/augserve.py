@@ -20,7 +20,7 @@ from typing import Any
 
 from augserve.core.request import ContextPolicy, Request
 from augserve.sched.kinetic import KineticQueue
-from augserve.sched.policies.base import PlanningPolicy
+from augserve.sched.policies.base import PlanningPolicy, PolicyDefaults
 from augserve.sched.ranking import HeapQueue, RankQueue
 from augserve.sched.spacetime import (
     call_cost,
@@ -37,9 +37,9 @@ _MIN_COST = 1e-12
 
 class AugServePolicy(PlanningPolicy):
     name = "augserve"
-    uses_dynamic_budget = True
-    fixed_preempt_order = False  # the cost grows with the context: protection applies
-    prefix_caching = False  # the paper's policy, as the paper ran it (ours: augserve-slo)
+    # the paper's policy as the paper ran it (ours, augserve-slo, caches prefixes); its
+    # cost grows with the context, so its preemption order moves: protection applies
+    defaults = PolicyDefaults(dynamic_budget=True, prefix_caching=False, protection=True)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -8,12 +8,14 @@ counts, queue time, the predictor's estimates).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
 from augserve.core.request import ContextPolicy, Request
-from augserve.sched.context_policy import choose_context_policy
+from augserve.sched.call_handling import CallHandling, MinWaste
+from augserve.sched.context_policy import min_waste_policy
 from augserve.sched.ranking import HeapQueue, RankQueue
 
 
@@ -30,6 +32,27 @@ class LoadView(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class PolicyDefaults:
+    """What a policy brings to three config knobs when the config leaves them open.
+
+    dynamic_budget: the token budget follows free + reclaimable KV (AugServe;
+        `SchedulerConfig.dynamic_budget`).
+    prefix_caching: `SchedulerConfig.enable_prefix_caching`'s default.
+    protection: the progress rule of `sched/progress.py` applies
+        (`SchedulerConfig.max_preemptions`); not needed where `preempt_key` is a fixed
+        order (arrival, predicted length): the lowest key always progresses.
+    """
+
+    dynamic_budget: bool = False
+    prefix_caching: bool = True
+    protection: bool = False
+
+
+# the paper's baselines and policy as the paper ran them: no prefix cache
+PAPER_DEFAULTS = PolicyDefaults(prefix_caching=False)
+
+
 class RankingPolicy:
     """Decides the order in which runnable requests are offered the batch.
 
@@ -40,15 +63,9 @@ class RankingPolicy:
     """
 
     name = "base"
-    discard_on_call = False  # vLLM: a call ends the request's stay, KV freed at once
-    requeue_on_return = False  # vLLM: a returned request joins the back of the queue
-    uses_dynamic_budget = False  # AugServe: the token budget follows free + reclaimable KV
-    needs_after_schedule = False  # the scheduler calls `after_schedule` only if set
-    prefix_caching = True  # the prefix cache's default (`SchedulerConfig.enable_prefix_caching`)
-    owns_context_policy = False  # the policy chooses context policies (`call_policy`, `replan`)
-    # `preempt_key` is a fixed order (arrival, predicted length): the lowest key always
-    # progresses, so the protection rule of `sched/progress.py` is not needed
-    fixed_preempt_order = True
+    # what a call does to the KV (`sched/call_handling.py`), built once with the policy
+    call_handling: ClassVar[type[CallHandling]] = MinWaste
+    defaults: ClassVar[PolicyDefaults] = PolicyDefaults()
 
     def __init__(self, config: SchedulerConfig, latency: LatencyModel, load: LoadView) -> None:
         self.config = config
@@ -69,13 +86,13 @@ class RankingPolicy:
         """The request finished or was aborted: drop its state."""
 
     def call_policy(self, req: Request, now: float) -> ContextPolicy:
-        """The context policy of the call the request just started (only asked where
-        `owns_context_policy`; INFERCEPT's min-waste choice otherwise)."""
+        """The context policy of the call the request just started (asked where the
+        policy's `call_handling` is `PolicyChooses`)."""
         raise NotImplementedError
 
     def replan(self, in_call: Mapping[str, Request], now: float) -> list[Request]:
         """Paused requests holding device KV whose KV may now be taken (planned Discard),
-        asked every iteration where `owns_context_policy`."""
+        asked every iteration where `call_handling` is `PolicyChooses`."""
         return []
 
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
@@ -110,8 +127,7 @@ class RankingPolicy:
     def after_schedule(
         self, candidates: Sequence[Request], scheduled: set[str], now: float
     ) -> None:
-        """Once per iteration with the runnable set and those that ran (if
-        `needs_after_schedule`)."""
+        """Once per iteration with the runnable set and the ids of those that ran."""
 
 
 def predicted_remaining(req: Request) -> float:
@@ -126,12 +142,5 @@ class PlanningPolicy(RankingPolicy):
         """The min-waste policy for the predicted call (None when no call is predicted)."""
         if req.pred_call_time is None:
             return None
-        if self.config.forced_context_policy is not None:
-            return self.config.forced_context_policy
-        return choose_context_policy(
-            ctx_at_call,
-            req.pred_call_time,
-            max(0, self.load.running_tokens() - req.num_computed_tokens),
-            self.latency,
-            allow_swap=self.config.num_host_blocks > 0,
-        )
+        other = max(0, self.load.running_tokens() - req.num_computed_tokens)
+        return min_waste_policy(self.config, self.latency, ctx_at_call, req.pred_call_time, other)

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from augserve.core.request import ContextPolicy, Request, RequestStatus
+from augserve.sched.call_handling import CallHandling, PolicyChooses
 from augserve.sched.policies.base import RankingPolicy
 
 HISTORY = 256  # durations kept per tool
@@ -36,8 +37,7 @@ _QUEUE_EWMA = 0.2
 
 class ContinuumPolicy(RankingPolicy):
     name = "continuum"
-    owns_context_policy = True
-    needs_after_schedule = True
+    call_handling: ClassVar[type[CallHandling]] = PolicyChooses
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

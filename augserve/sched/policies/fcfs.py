@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from augserve.core.request import Request, RequestStatus
-from augserve.sched.policies.base import RankingPolicy
+from augserve.sched.call_handling import CallHandling, DiscardAtCall
+from augserve.sched.policies.base import PAPER_DEFAULTS, PolicyDefaults, RankingPolicy
 
 
 class VLLMPolicy(RankingPolicy):
@@ -15,9 +16,8 @@ class VLLMPolicy(RankingPolicy):
     """
 
     name = "vllm"
-    prefix_caching = False  # the paper's baseline, as the paper ran it
-    discard_on_call = True
-    requeue_on_return = True
+    defaults = PAPER_DEFAULTS
+    call_handling: ClassVar[type[CallHandling]] = DiscardAtCall
 
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
         return (req.status is not RequestStatus.RUNNING, req.queue_time, req.request_id)
@@ -29,11 +29,11 @@ class VLLMAPCPolicy(VLLMPolicy):
     back of the queue) whose prefix may hit."""
 
     name = "vllm-apc"
-    prefix_caching = True
+    defaults = PolicyDefaults()
 
 
 class InferceptPolicy(RankingPolicy):
     """INFERCEPT: FCFS by original arrival, also after a return; min-waste context policy."""
 
     name = "infercept"  # the base key: (queue time = original arrival, id)
-    prefix_caching = False  # the paper's baseline, as the paper ran it
+    defaults = PAPER_DEFAULTS

@@ -2,7 +2,7 @@
 
 Order: running requests first, FCFS by arrival; then waiting requests that
 waited long (the anti-starvation boost), by score; then every other waiting
-or swapped request by its round score (`mars_score.py`), lowest first.
+or swapped request by its round score (`mars_rank.py`), lowest first.
 
 The round's inputs are fixed on arrival and at each return (V2's `classify`):
 the original prompt, the predicted tokens before the call, the returned
@@ -13,7 +13,7 @@ a chunked prefill). The context policy is the min-waste one the scheduler will
 apply at the call (INFERCEPT's waste; MARS's own classifier weighs the same
 three options with constants fitted to its GPU).
 
-Anti-starvation (`mars_queue.BoostClock`): a waiting request that has run
+Anti-starvation (`mars_rank.BoostClock`): a waiting request that has run
 before and is skipped `mars_starvation_limit` (100) iterations goes ahead of
 the other waiting requests, never of running ones, for `mars_quantum`
 (100,000, `exps/6B_bench.sh`) iterations. A request that has never run is not
@@ -26,12 +26,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from augserve.core.request import ContextPolicy, Request, RequestStatus
-from augserve.sched.policies.base import PlanningPolicy
-from augserve.sched.policies.mars_boost import BoostClock
+from augserve.sched.policies.base import PAPER_DEFAULTS, PlanningPolicy
 from augserve.sched.policies.mars_queue import BOOSTED, WAITING, MARSQueue
-from augserve.sched.policies.mars_score import (
+from augserve.sched.policies.mars_rank import (
     BLOCK,
     CHUNK,
+    BoostClock,
     Round,
     ScoreParams,
     blocks_of,
@@ -44,8 +44,7 @@ _RUNNING = 1
 
 class MARSPolicy(PlanningPolicy):
     name = "mars"
-    prefix_caching = False  # the paper's baseline, as the paper ran it
-    needs_after_schedule = True
+    defaults = PAPER_DEFAULTS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -3,7 +3,7 @@
 The waiting requests' scores all move when the running batch changes (nearly
 every iteration), so the queue keeps their round inputs in numpy arrays and
 re-scores and re-sorts all of them in one vectorized pass when the running
-batch or the membership changed since the last sort. Boosts (`mars_boost.py`)
+batch or the membership changed since the last sort. Boosts (`mars_rank.BoostClock`)
 change at iterations computed in advance, kept in an event heap.
 """
 
@@ -17,9 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 from augserve.core.request import Request, RequestStatus
-from augserve.sched.policies.mars_boost import BoostClock
-from augserve.sched.policies.mars_score import (
+from augserve.sched.policies.mars_rank import (
     KINDS,
+    BoostClock,
     FloatArray,
     IntArray,
     Round,

@@ -30,19 +30,21 @@ AugServe's under sustained overload, for a few percent of goodput
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
+from augserve.core.metrics import SLOConfig
 from augserve.core.request import Request
 from augserve.sched.policies.augserve import AugServePolicy
 from augserve.sched.ranking import HeapQueue, RankQueue
 from augserve.sched.rescue import RescueReserve
-from augserve.sched.slo import SLOTarget, slo_deadline
+from augserve.sched.slo import slo_deadline
 from augserve.sched.triage import TriageQueue
 
 
 class SlackPolicy(AugServePolicy):
     name = "augserve-slo"
-    prefix_caching = True  # our policy: the prefix cache is one of our additions
+    defaults = replace(AugServePolicy.defaults, prefix_caching=True)  # one of our additions
     norm_triage = True  # also lost once the normalized-latency SLO is out of reach
     ahead = 1.0  # tokens expected after a predicted call, in units of the segment's rest
     reserve = 0.05  # rescues per second of the oldest lost requests (0: none)
@@ -50,15 +52,14 @@ class SlackPolicy(AugServePolicy):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        paper, c = SLOTarget.for_latency(self.latency), self.config
-        self.target = SLOTarget(
-            paper.ttft if c.slo_ttft is None else c.slo_ttft,
-            paper.norm_latency if c.slo_norm_latency is None else c.slo_norm_latency,
+        paper, c = SLOConfig.from_iteration_time(self.latency.decode_iter_time()), self.config
+        self.target = SLOConfig(
+            paper.norm_latency_slo if c.slo_norm_latency is None else c.slo_norm_latency,
+            paper.ttft_slo if c.slo_ttft is None else c.slo_ttft,
         )
         own = self.config.slo_reserve
         rate = self.reserve if own is None else own
         self.rescue = RescueReserve(rate) if rate > 0 else None
-        self.needs_after_schedule = self.rescue is not None
         growth = self.admit_growth if c.admit_growth is None else c.admit_growth
         self._growth = growth if growth > 0 else None
         self._queue: TriageQueue | None = None

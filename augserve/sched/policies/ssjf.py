@@ -10,17 +10,17 @@ Discard): a stronger baseline the paper did not run.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from augserve.core.request import Request
-from augserve.sched.policies.base import RankingPolicy, predicted_remaining
+from augserve.sched.call_handling import CallHandling, DiscardAtCall, MinWaste
+from augserve.sched.policies.base import PAPER_DEFAULTS, RankingPolicy, predicted_remaining
 
 
 class SSJFPolicy(RankingPolicy):
     name = "ssjf"
-    prefix_caching = False  # the paper's baseline, as the paper ran it
-    discard_on_call = True
-    requeue_on_return = True
+    defaults = PAPER_DEFAULTS
+    call_handling: ClassVar[type[CallHandling]] = DiscardAtCall
 
     def key(self, req: Request, now: float) -> tuple[Any, ...]:
         return (predicted_remaining(req), req.queue_time, req.request_id)
@@ -28,5 +28,4 @@ class SSJFPolicy(RankingPolicy):
 
 class SSJFInferceptPolicy(SSJFPolicy):
     name = "ssjf-infercept"
-    discard_on_call = False
-    requeue_on_return = False
+    call_handling: ClassVar[type[CallHandling]] = MinWaste
