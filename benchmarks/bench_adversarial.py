@@ -15,8 +15,9 @@ p50/p99 (ms), their ratios to the "none" scenario's, and the server's RSS after 
 Scenarios (the attacks of the issue that filed this work): a 200,000-value enum
 (2.6 MB schema), the largest schema under the limits (1,000 enum values of 100
 characters), 2,000 tools with `tool_choice: "required"`, a 3.9 MB /tokenize, a
-1 MB chat message (tokenized, then over the context), and 300 distinct small
-schemas (the grammar cache's bound). Timings from a busy machine are recorded with
+1 MB chat message (tokenized, then over the context), 40,000 short messages (a
+body whose validation is long: off the loop, `server/strict_json.py`), and 300
+distinct small schemas (the grammar cache's bound). Timings from a busy machine are recorded with
 the load average: compare ratios within one run, not numbers across runs.
 """
 
@@ -83,6 +84,11 @@ def chat_1mb(c: httpx.Client, i: int) -> httpx.Response:
     return _chat(c, messages=[{"role": "user", "content": text}])
 
 
+def chat_40k_messages(c: httpx.Client, i: int) -> httpx.Response:
+    messages = [{"role": "user", "content": f"note {k}"} for k in range(40_000)]
+    return _chat(c, messages=messages)  # 1.2 MB: validated, then over the context
+
+
 def distinct_schemas(c: httpx.Client, i: int) -> httpx.Response:
     schema = {"type": "object", "properties": {f"f{i}": {"type": "integer"}}, "required": [f"f{i}"]}
     return _chat(c, response_format=_fmt(schema), max_tokens=1)
@@ -96,6 +102,7 @@ SCENARIOS: dict[str, Hostile | None] = {
     "tools_2000_required": tools_2000,
     "tokenize_3_9mb": tokenize_3_9mb,
     "chat_1mb_message": chat_1mb,
+    "chat_40k_messages": chat_40k_messages,
     "distinct_schemas": distinct_schemas,
 }
 

@@ -149,6 +149,16 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine and KV cache")
+    g.add_argument(
+        "--engine", default="augserve", choices=("augserve", "vllm"),
+        help="augserve: our engine; vllm: vLLM's AsyncLLM with the AugServe scheduler "
+        "inside it (docs/vllm-plugin.md; needs vLLM installed)" + D,
+    )  # fmt: skip
+    g.add_argument(
+        "--vllm-args", default=None, metavar="JSON",
+        help="with --engine vllm: more vLLM engine arguments, a JSON object "
+        "(e.g. '{\"enforce_eager\": true}'; default: none)",
+    )  # fmt: skip
     g.add_argument("--dtype", default="auto", choices=sorted(_DTYPES), help="weights and KV" + D)
     g.add_argument(
         "--device", default=None,
@@ -339,12 +349,28 @@ def engine_args(args: argparse.Namespace, model: str) -> Any:
     )
 
 
+def _build(args: argparse.Namespace, eargs: Any) -> Any:
+    """The server's engine: ours, or vLLM's with our scheduler inside (`--engine`)."""
+    if args.engine == "vllm":
+        from augserve.integrations.vllm_serve import build_vllm_engine
+
+        return build_vllm_engine(args, eargs.model, eargs.dtype)
+    from augserve.engine.async_engine import AsyncLLMEngine
+    from augserve.engine.builder import build_engine
+
+    return AsyncLLMEngine(build_engine(eargs))
+
+
 def _serve(args: argparse.Namespace) -> int:
     argtypes.require_extra("server", "fastapi", "uvicorn", "jinja2", "yaml", "mcp")
     argtypes.require_extra("engine", "torch", "safetensors", "tokenizers")
+    if args.engine == "vllm":
+        from augserve.integrations.vllm_serve import extra_args, require_vllm
+
+        require_vllm()
+        extra_args(args.vllm_args)
     from augserve.core.metrics import SLOConfig
-    from augserve.engine.async_engine import AsyncLLMEngine
-    from augserve.engine.builder import build_engine, load_latency
+    from augserve.engine.builder import load_latency
     from augserve.engine.gguf_dir import cache_root
     from augserve.engine.resolve import resolve_model
     from augserve.server.default_model import default_model
@@ -391,7 +417,7 @@ def _serve(args: argparse.Namespace) -> int:
     names = names or [args.model]
     eargs = engine_args(args, model)
     opts = options(tuple(names))
-    aengine = AsyncLLMEngine(build_engine(eargs))
+    aengine = _build(args, eargs)
     state = build_state(aengine, model, opts, registry)
     uvicorn_level = args.uvicorn_log_level or args.log_level
     return serve_forever(state, args.host, args.port, keys, uvicorn_level)

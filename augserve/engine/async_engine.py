@@ -35,14 +35,14 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 from augserve.core.prediction import Prediction
 from augserve.core.request import Request, Segment
-from augserve.engine.engine import BatchFailed, EngineStep, LLMEngine
+from augserve.engine.engine import LLMEngine
+from augserve.engine.engine_step import BatchFailed, EngineStep
+from augserve.engine.engine_thread import EngineThread
 from augserve.engine.outputs import RequestOutput
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tools import PendingCall, ToolExecutor, ToolSession, run_call
@@ -51,7 +51,6 @@ from augserve.sched.output import SchedulerStats
 log = logging.getLogger("augserve.engine")
 
 _Item = RequestOutput | BaseException
-_T = TypeVar("_T")
 FAILURES_UNHEALTHY = 3  # failed steps in a row that make the engine unhealthy
 FIT_EVERY = 32  # busy steps between two pieces of a background latency fit
 
@@ -95,7 +94,7 @@ class AsyncLLMEngine:
         step_in_thread: bool = True,
     ) -> None:
         self.engine = engine
-        self.step_in_thread = step_in_thread
+        self.thread = EngineThread(step_in_thread)  # the engine's own thread
         self.executor = executor
         self.call_time_scale = call_time_scale
         self._streams: dict[str, asyncio.Queue[_Item]] = {}
@@ -103,13 +102,10 @@ class AsyncLLMEngine:
         self._returns: list[_Return] = []
         self._adds: list[_Add] = []  # arrivals while a step runs, applied after it
         self._aborts: list[str] = []  # aborts while a step runs, applied after it
-        self._stepping = False  # a step is running in the worker thread
-        self._inflight: asyncio.Future[Any] | None = None
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
         self._failed: dict[str, str] = {}  # request id -> why its batch failed
-        self._step_pool: ThreadPoolExecutor | None = None  # the engine's own thread
         self._busy_steps = 0  # busy steps since the last piece of a latency fit
         self.failed_steps = 0  # steps that raised, in all
         self.failures_in_a_row = 0
@@ -168,7 +164,7 @@ class AsyncLLMEngine:
         if pending:  # never reached the engine
             self._adds = [a for a in self._adds if a.req.request_id != request_id]
             return True
-        if self._stepping:  # the engine is busy in the worker thread: after the step
+        if self.thread.busy:  # the engine is busy in its thread: after the step
             found = self.engine.get_request(request_id) is not None
             self._aborts.append(request_id)
         else:
@@ -190,19 +186,14 @@ class AsyncLLMEngine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
             self._loop_task = None
-        if self._inflight is not None and not self._inflight.done():
-            with contextlib.suppress(BaseException):
-                await self._inflight  # a step cut short by the cancel: let it end
         for task in self._calls.values():
             task.cancel()
         self._calls.clear()
-        if self._step_pool is not None:
-            self._step_pool.shutdown(wait=False)
-            self._step_pool = None
+        await self.thread.close()  # a step cut short by the cancel: let it end
 
     # --- the loop ----------------------------------------------------------------------
     def _add(self, a: _Add) -> None:
-        if self._stepping:
+        if self.thread.busy:
             self._adds.append(a)
         else:
             self.engine.add(a.req, a.params, prediction=a.prediction, tools=a.tools, stream=True)
@@ -218,22 +209,7 @@ class AsyncLLMEngine:
 
     async def _step(self) -> EngineStep:
         """One engine step on the engine's thread; the loop stays free meanwhile."""
-        return await self._on_engine_thread(self._guarded_step)
-
-    async def _on_engine_thread(self, fn: Callable[[], _T]) -> _T:
-        """Run `fn` (a step, a piece of the latency fit) on the engine's thread. If the
-        loop is cancelled meanwhile `fn` still completes (`shutdown` waits for it), and
-        the engine is not touched from the loop until it has."""
-        if not self.step_in_thread:
-            return fn()
-        if self._step_pool is None:
-            self._step_pool = ThreadPoolExecutor(1, thread_name_prefix="augserve-engine")
-        self._stepping = True
-        loop = asyncio.get_running_loop()
-        fut = asyncio.ensure_future(loop.run_in_executor(self._step_pool, fn))
-        self._inflight = fut
-        fut.add_done_callback(self._step_done)
-        return await asyncio.shield(fut)
+        return await self.thread.run(self._guarded_step)
 
     def _guarded_step(self) -> EngineStep:
         """`engine.step()`, where a forward that raises fails only its batch."""
@@ -280,9 +256,6 @@ class AsyncLLMEngine:
             except Exception:  # the scheduler itself is broken: tell the stream directly
                 self._streams[rid].put_nowait(RequestFailed(self._failed[rid]))
 
-    def _step_done(self, _: object) -> None:
-        self._stepping = False
-
     def start(self) -> None:
         """Start the engine loop now (the server's start-up: a background latency fit
         runs from here), not at the first request; call it on the running loop."""
@@ -309,7 +282,7 @@ class AsyncLLMEngine:
             if step is not None:
                 self._dispatch(step)
             if self._fit_turn(step):  # one shape of it between steps
-                await self._on_engine_thread(self.engine.fit_step)
+                await self.thread.run(self.engine.fit_step)
                 await asyncio.sleep(0)
                 continue
             if step is None or step.idle:

@@ -123,6 +123,20 @@ class LatencyFit:
             return None
         return self._finish(pool)
 
+    def advance(self, pool: BlockPool, switch: Callable[[LatencyProfile, str], None]) -> bool:
+        """One `step` between engine steps; True once the fit is over: fitted (the
+        engine switched to the profile through `switch`) or failed (one warning)."""
+        try:
+            prof = self.step(pool)
+        except Exception as exc:  # a failed fit never stops serving
+            self.fail(exc)
+            return True
+        if prof is None:
+            return False
+        switch(prof, "fitted")
+        self.done.set()
+        return True
+
     def _progress(self) -> None:
         done, total = len(self.samples), len(self.specs)
         if done % max(1, total // 4) == 0 or done == total:

@@ -21,73 +21,39 @@ iteration is committed, and `step()` raises `BatchFailed` with its outputs.
 from __future__ import annotations
 
 import contextlib
-import json
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
 from augserve.core.prediction import Prediction, Predictor
 from augserve.core.request import FinishReason, Request, Segment
 from augserve.engine.background_fit import LatencyFit, SwitchableLatency
-from augserve.engine.events import decide
+from augserve.engine.engine_step import (
+    BatchFailed,
+    EngineStep,
+    Results,
+    absorb,
+    seq_chunk,
+    token_events,
+)
 from augserve.engine.grammar import GrammarMasker
 from augserve.engine.grammar_cache import DEFAULT_BYTES
 from augserve.engine.latency_default import default_latency
 from augserve.engine.model_runner import ModelRunner, SeqChunk
-from augserve.engine.outputs import RequestOutput, SeqState, ToolResult, session_output
-from augserve.engine.sampler import Logprob
+from augserve.engine.outputs import SeqState
 from augserve.engine.sampling_params import SamplingParams
-from augserve.engine.seq_grammar import advance_grammar, attach_grammars, sample_context
+from augserve.engine.seq_grammar import LazyMasker, attach_grammars
 from augserve.engine.swaps import order_swaps
-from augserve.engine.tokenizer import IncrementalDetokenizer, Tokenizer
-from augserve.engine.tools import (
-    FILLER_TEXT,
-    PendingCall,
-    ToolSession,
-    scripted_call,
-)
+from augserve.engine.tokenizer import IncrementalDetokenizer, Tokenizer, as_ids
+from augserve.engine.tools import FILLER_TEXT, ToolSession
 from augserve.predict.base import make_predictor
 from augserve.sched.output import (
     SchedulerOutput,
     SchedulerStats,
     SchedulerUpdate,
-    StepResult,
 )
 from augserve.sched.scheduler import Scheduler
-
-Results = dict[str, StepResult]
-
-
-@dataclass
-class EngineStep:
-    """What one `step()` produced."""
-
-    outputs: list[RequestOutput] = field(default_factory=list)
-    calls: list[PendingCall] = field(default_factory=list)
-    finished: list[Request] = field(default_factory=list)
-    num_tokens: int = 0  # tokens computed by the forward
-    scheduled: SchedulerOutput | None = None  # the scheduler's decision
-    update: SchedulerUpdate | None = None  # what the scheduler says happened
-
-    @property
-    def idle(self) -> bool:
-        """Nothing computed, moved or reported: waiting on calls or arrivals."""
-        busy = self.scheduled is not None and not self.scheduled.is_empty
-        return not busy and not self.outputs
-
-
-class BatchFailed(RuntimeError):
-    """The forward of a step raised (`__cause__`): the requests of its batch
-    (`request_ids`) finished with reason "error" and their KV was freed; `step` holds
-    the iteration's outputs (theirs included). The engine can step on."""
-
-    def __init__(self, exc: Exception, request_ids: list[str], step: EngineStep) -> None:
-        super().__init__(f"{type(exc).__name__}: {exc}")
-        self.request_ids = request_ids
-        self.step = step
 
 
 class LLMEngine:
@@ -123,21 +89,14 @@ class LLMEngine:
         self._early = EngineStep()  # finished outside a step (rejected, aborted, too long)
         base = tokenizer.encode(FILLER_TEXT, add_special_tokens=False) if tokenizer else []
         self.filler_ids = base or list(range(3, min(64, runner.vocab_size)))
-        self._grammars: GrammarMasker | None = None
+        self.masker = LazyMasker()  # constrained decoding: built on first use
         self.grammar_cache_bytes = DEFAULT_BYTES  # the bound of its compiled grammars
-        self._grammars_lock = threading.Lock()  # built on first use, by any thread
 
     @property
     def grammars(self) -> GrammarMasker:
         """The grammar compiler and masker of this engine's tokenizer (built on first use)."""
-        with self._grammars_lock:
-            if self._grammars is None:
-                if self.tokenizer is None:
-                    raise ValueError("constrained decoding needs a tokenizer")
-                stop = sorted(self.eos_token_ids)
-                vocab, size = self.runner.vocab_size, self.grammar_cache_bytes
-                self._grammars = GrammarMasker(self.tokenizer.backend, vocab, stop, size)
-        return self._grammars
+        vocab, stop = self.runner.vocab_size, sorted(self.eos_token_ids)
+        return self.masker.get(self.tokenizer, vocab, stop, self.grammar_cache_bytes)
 
     # --- requests ---------------------------------------------------------------------
     def make_request(
@@ -155,12 +114,7 @@ class LLMEngine:
         `session_id`: the client's session id (a paused session of that id continues).
         `cache_salt`: its tenant's salt (`sched/prefix_cache.py`)."""
         text = prompt if isinstance(prompt, str) else None
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("a text prompt needs a tokenizer")
-            ids = self.tokenizer.encode(prompt)
-        else:
-            ids = [int(t) for t in prompt]
+        ids = as_ids(self.tokenizer, prompt, "prompt")
         if not ids:
             raise ValueError(f"request {request_id!r}: empty prompt")
         self._check_fits(request_id, len(ids))
@@ -252,20 +206,11 @@ class LLMEngine:
             return
         req = st.request
         ids = self.result_ids(result)[: max(0, self.max_model_len - 1 - req.num_tokens)]
-        before = len(st.text)
-        st.add_returned(ids)
-        if st.call is not None:
-            start = req.calls[-1].start if req.calls else now
-            st.results.append(ToolResult(st.call, st.text[before:], error, start, now))
-            st.call = None
+        st.add_returned(ids, error, now)
         self._absorb(self.scheduler.resume(request_id, len(ids), now, ids, prediction), self._early)
 
     def result_ids(self, result: Sequence[int] | str) -> list[int]:
-        if isinstance(result, str):
-            if self.tokenizer is None:
-                raise ValueError("a text call result needs a tokenizer")
-            return self.tokenizer.encode(result, add_special_tokens=False)
-        return [int(t) for t in result]
+        return as_ids(self.tokenizer, result, "call result")
 
     # --- the latency model --------------------------------------------------------------
     def set_latency(self, latency: LatencyModel, source: str) -> None:
@@ -281,18 +226,8 @@ class LLMEngine:
         """One piece of the background latency fit (`background_fit.py`), between steps;
         when it is done the scheduler switches to the fitted model."""
         fit = self.latency_fit
-        if fit is None:
-            return
-        try:
-            prof = fit.step(self.scheduler.pool)
-        except Exception as exc:  # a failed fit never stops serving
-            fit.fail(exc)
+        if fit is not None and fit.advance(self.scheduler.pool, self.set_latency):
             self.latency_fit = None
-            return
-        if prof is not None:
-            self.set_latency(prof, "fitted")
-            self.latency_fit = None
-            fit.done.set()
 
     # --- queries ------------------------------------------------------------------------
     def has_unfinished(self) -> bool:
@@ -350,21 +285,9 @@ class LLMEngine:
         ]
         tokens = self.runner.execute(chunks)
         logprobs = self.runner.last_logprobs
-        results: Results = {}
-        for j, (c, tok) in enumerate(zip(out.chunks, tokens, strict=True)):
-            if c.sample and tok is not None:
-                st = self._states[c.request_id]
-                if st.params.logprobs is not None and j < len(logprobs):
-                    lp = logprobs[j]
-                    st.logprobs.append(lp if lp is not None else Logprob(tok, 0.0))
-                advance_grammar(st, tok)
-                result = decide(st, tok, self.eos_token_ids, self.max_model_len)
-                if result.finish_reason is FinishReason.TOOL_CALLS and st.client_calls:
-                    call = st.client_calls[0]  # the session's round trip is learned per tool
-                    args_len = len(json.dumps(call.arguments))
-                    result = replace(result, tool=call.name, args_len=args_len)
-                results[c.request_id] = result
-        return results
+        return token_events(
+            self._states, out, tokens, logprobs, self.eos_token_ids, self.max_model_len
+        )
 
     def commit(self, out: SchedulerOutput, results: Results, end: float) -> EngineStep:
         """Report the iteration to the scheduler; outputs, finishes and calls from its update."""
@@ -379,36 +302,10 @@ class LLMEngine:
         return step
 
     def _absorb(self, upd: SchedulerUpdate, step: EngineStep) -> None:
-        """Act on a scheduler update: finished requests report and leave; calls start."""
-        for f in upd.finished:
-            st = self._states.pop(f.request.request_id, None)
-            if st is not None:
-                step.finished.append(f.request)
-                step.outputs.append(st.output())
-        for req in upd.sessions_paused:  # "tool_calls": the client's turn; KV kept paused
-            st = self._states.pop(req.request_id, None)
-            if st is not None:
-                step.outputs.append(session_output(st.output(), FinishReason.TOOL_CALLS))
-        for call in upd.calls_started:
-            st = self._states[call.request.request_id]
-            step.calls.append(self._pending_call(st, call.request.calls[-1].start))
-
-    def _pending_call(self, st: SeqState, now: float) -> PendingCall:
-        req = st.request
-        if st.scripted:
-            seg = req.segments[req.segment_index]
-            return PendingCall(req.request_id, now, scripted=scripted_call(seg, self.filler_ids))
-        executor = st.tools.executor if st.tools is not None else None
-        return PendingCall(req.request_id, now, parsed=st.call, executor=executor)
+        absorb(upd, self._states, step, self.filler_ids)
 
     def _seq_chunk(
         self, req: Request, n: int, start: int, sample: bool, blocks: list[int]
     ) -> SeqChunk:
-        assert req.token_ids is not None
         st = self._states[req.request_id]
-        chunk = SeqChunk(
-            req.request_id, req.token_ids[start : start + n], start, blocks, sample, st.params
-        )
-        if sample:
-            chunk.context = sample_context(st, self.eos_token_ids, self._grammars)
-        return chunk
+        return seq_chunk(st, n, start, sample, blocks, self.eos_token_ids, self.masker.built)

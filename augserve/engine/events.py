@@ -55,7 +55,7 @@ def _scripted(st: SeqState, tok: int) -> StepResult:
     tool = seg.tool if seg is not None and not seg.has_call else None
     if event is StepEvent.FINISH and tool is not None and tool.startswith(CLIENT_PREFIX):
         st.client_calls = [ParsedCall(tool[len(CLIENT_PREFIX) :], {})]
-        return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)
+        return client_turn(st, tok)
     return StepResult(tok, event, FinishReason.STOP)
 
 
@@ -77,8 +77,17 @@ def finish(st: SeqState, tok: int, reason: FinishReason) -> StepResult:
             return _server_call(st, tok, server)
         _add_client_calls(st, client)
     if st.client_calls:
-        return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)
+        return client_turn(st, tok)
     return StepResult(tok, StepEvent.FINISH, reason)
+
+
+def client_turn(st: SeqState, tok: int) -> StepResult:
+    """The turn ends with the client's calls ("tool_calls"). The first names the tool
+    (and its arguments' size) whose round trip the paused session learns
+    (`sched/sessions.py`): the one place this event is decided."""
+    call = st.client_calls[0]
+    args_len = len(json.dumps(call.arguments))
+    return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS, call.name, args_len)
 
 
 def _add_client_calls(st: SeqState, calls: list[ParsedCall]) -> None:
@@ -124,6 +133,6 @@ def tool_event(st: SeqState, tok: int) -> StepResult:
     st.matcher, st.after_call = st.after_call, None
     _add_client_calls(st, client)
     if len(client) < len(calls) or not tools.parallel or tools.grammar is not None:
-        return StepResult(tok, StepEvent.FINISH, FinishReason.TOOL_CALLS)
+        return client_turn(st, tok)
     _scan_past(st, unit)
     return StepResult(tok)

@@ -119,10 +119,18 @@ class SeqState:
             self.text += piece
             self.gen_text += piece
 
-    def add_returned(self, ids: list[int]) -> None:
+    def add_returned(self, ids: list[int], error: bool, now: float) -> None:
+        """A call's result joins the context: a new segment starts after it, and a
+        parsed call's result (its text, `error`: an error message) is kept."""
+        before = len(self.text)
         if self.detok is not None:
             self.text += self.detok.add(ids)
         self.segment_start = len(self.text)
+        if self.call is not None:
+            calls = self.request.calls
+            start = calls[-1].start if calls else now
+            self.results.append(ToolResult(self.call, self.text[before:], error, start, now))
+            self.call = None
 
     def cut_text(self, index: int) -> None:
         """Truncate the text at `index` (a stop string in the current segment)."""

@@ -9,13 +9,33 @@ terminates, or a token it forbids (the tests' scripted sampler), ends the constr
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from augserve.engine.grammar import GrammarMasker
 from augserve.engine.logits_processors import SampleContext
 from augserve.engine.outputs import SeqState
 
 log = logging.getLogger("augserve.engine")
+
+
+class LazyMasker:
+    """An engine's grammar compiler and masker, built on first use by whichever thread
+    needs it first (a preparation thread compiling, the engine masking)."""
+
+    def __init__(self) -> None:
+        self.built: GrammarMasker | None = None
+        self._lock = threading.Lock()
+
+    def get(self, tokenizer: Any, vocab_size: int, stop: list[int], size: int) -> GrammarMasker:
+        """The masker (`size`: the bound of its compiled grammars' bytes)."""
+        with self._lock:
+            if self.built is None:
+                if tokenizer is None:
+                    raise ValueError("constrained decoding needs a tokenizer")
+                self.built = GrammarMasker(tokenizer.backend, vocab_size, stop, size)
+        return self.built
 
 
 def attach_grammars(st: SeqState, masker: Callable[[], GrammarMasker]) -> None:

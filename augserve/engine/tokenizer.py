@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,16 @@ class Tokenizer:
                 return self._template.render(messages, add_generation_prompt=add_generation_prompt)
         text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
         return text + ("<|assistant|>\n" if add_generation_prompt else "")
+
+
+def as_ids(tokenizer: Tokenizer | None, value: str | Sequence[int], what: str) -> list[int]:
+    """The token ids of a prompt (`what` = "prompt": with the special tokens) or of a
+    call result (without): a text tokenized, ids as they are."""
+    if isinstance(value, str):
+        if tokenizer is None:
+            raise ValueError(f"a text {what} needs a tokenizer")
+        return tokenizer.encode(value, add_special_tokens=what == "prompt")
+    return [int(t) for t in value]
 
 
 class IncrementalDetokenizer:

@@ -14,12 +14,16 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from augserve.server import chat, completions, endpoints, responses
+from augserve.server import endpoints
+from augserve.server.chat import ChatEndpoint
+from augserve.server.completions import CompletionsEndpoint
 from augserve.server.errors import install_error_handlers
 from augserve.server.health import health as health_status
 from augserve.server.metrics import CONTENT_TYPE
 from augserve.server.middleware import APIKeyMiddleware, BodyLimitMiddleware
+from augserve.server.pipeline import serve
 from augserve.server.protocol import ChatCompletionRequest, CompletionRequest
+from augserve.server.responses import ResponsesEndpoint
 from augserve.server.responses_input import ResponsesRequest
 from augserve.server.state import ServerState
 from augserve.server.strict_json import StrictJSONRoute
@@ -91,17 +95,20 @@ def create_app(state: ServerState, api_key: str | Sequence[str] | None = None) -
     app.router.route_class = StrictJSONRoute  # bad UTF-8, deep nesting: named 400s
     install_error_handlers(app)
 
+    # the three generation endpoints: one pipeline, an adapter each (`server/pipeline.py`)
+    chat, completions, responses = ChatEndpoint(), CompletionsEndpoint(), ResponsesEndpoint()
+
     @app.post("/v1/chat/completions", responses=ERRORS)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
-        return await chat.chat_completion(state, body, request)
+        return await serve(state, chat, body, request)
 
     @app.post("/v1/completions", responses=ERRORS)
     async def create_completion(body: CompletionRequest, request: Request) -> Any:
-        return await completions.completion(state, body, request)
+        return await serve(state, completions, body, request)
 
     @app.post("/v1/responses", responses=ERRORS)
     async def create_response(body: ResponsesRequest, request: Request) -> Any:
-        return await responses.create_response(state, body, request)
+        return await serve(state, responses, body, request)
 
     @app.get("/v1/models", responses=ERRORS)
     async def list_models() -> JSONResponse:

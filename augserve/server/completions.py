@@ -1,150 +1,107 @@
-"""`POST /v1/completions`: text or token-id prompts, `n` choices each, JSON or SSE.
-No tools here (the chat endpoint has them), except scripted tool plans
-(`augserve_segments`, benchmarks: `scripted.py`). With `return_token_ids` (vLLM's
-extension) each choice, and each streamed chunk, carries its generated token ids."""
+"""`POST /v1/completions`: the completions wire format of the request pipeline
+(`server/pipeline.py`): text or token-id prompts, `n` choices each, JSON or SSE. No
+tools here (the chat endpoint has them). With `return_token_ids` (vLLM's
+extension) each choice, and each streamed chunk, carries its generated token ids;
+`augserve_segments` (scripted tool plans, benchmarks) is served only by the
+extension that `--allow-scripted-tools` installs (`scripted.py`)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import replace
 from typing import Any
 
-from fastapi import Request
-from fastapi.responses import JSONResponse
-
 from augserve.server.errors import APIError, error_body
-from augserve.server.generation import (
-    Choice,
-    ChoiceState,
-    ClientGone,
-    merge_choices,
-    unless_disconnected,
-    with_session_header,
-)
-from augserve.server.input_limits import check_response_format
+from augserve.server.generation import Choice, ChoiceState
 from augserve.server.logprobs import completion_logprobs
+from augserve.server.pipeline import Endpoint, Ids, Inputs, Plan, outputs
 from augserve.server.protocol import CompletionRequest
-from augserve.server.scripted import check_plan_fits, scripted_plan
-from augserve.server.state import ServerState, logprobs_k, sampling_params
-from augserve.server.streaming import SSEResponse, sse, usage
-from augserve.server.tenancy import with_tenant
+from augserve.server.state import ServerState, logprobs_k
+from augserve.server.streaming import sse
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 
 
-def prepare(
-    state: ServerState, req: CompletionRequest
-) -> list[tuple[list[int], str, list[Choice]]]:
-    """(prompt ids, echo text, choices) per prompt, cheapest checks first. On a
-    preparation thread (`server/preparation.py`), never on the event loop."""
-    state.check_accepting()
-    state.check_model(req.model)
+def completion_inputs(state: ServerState, req: CompletionRequest) -> Inputs:
     if req.suffix:
         raise APIError(400, "'suffix' is not supported by this server", param="suffix")
     prompts = req.prompts()
-    state.check_n(req.n)
     if len(prompts) * req.n > state.limits.max_n * 4:
         raise APIError(400, f"too many choices: {len(prompts)} prompts x n={req.n}", param="n")
-    check_response_format(req.response_format, state.limits.prep)
-    plan = scripted_plan(state, req)
-    fmt = req.response_format
-    if plan is not None and fmt is not None and fmt.type != "text":
+    if req.augserve_segments is not None and state.plan_hook is None:
         raise APIError(
-            400, "response_format does not apply to scripted plans", param="response_format"
+            400,
+            "scripted tool plans are off on this server (start it with --allow-scripted-tools)",
+            param="augserve_segments",
         )
-    encoded = [state.encode_prompt(p, special=True) for p in prompts]
-    if plan is not None:
-        for ids in encoded:
-            check_plan_fits(state, len(ids), plan)
-    else:  # the context lengths before any grammar compiles
-        limits = [
-            state.max_tokens_for(req.max_tokens, len(ids), DEFAULT_MAX_TOKENS) for ids in encoded
-        ]
-    grammar = state.grammar_for(req.response_format)
-    vocab = state.vocab_size
-    out = []
-    for k, (p, ids) in enumerate(zip(prompts, encoded, strict=True)):
-        if plan is not None:
-            params = sampling_params(req, sum(s.output_len for s in plan), 0)
-            params = replace(params, ignore_eos=True)
-            cs = ChoiceState(0, scripted=True)
-            choices = [Choice(cs, params, segments=plan, cache_salt=req.cache_salt)]
-        else:
-            max_tokens = limits[k]
-            choices = [
-                Choice(
-                    ChoiceState(k * req.n + i, stops=tuple(req.stop_list())),
-                    sampling_params(req, max_tokens, i, vocab_size=vocab, grammar=grammar),
-                    session_id=req.session_id,
-                    cache_salt=req.cache_salt,
-                )
-                for i in range(req.n)
-            ]
-        echo = (p if isinstance(p, str) else state.tokenizer.decode(ids)) if req.echo else ""
-        out.append((ids, echo, choices))
-    return out
+    return Inputs(
+        prompts,
+        special=True,
+        param="prompt",
+        token_limit=req.max_tokens,
+        default_max_tokens=DEFAULT_MAX_TOKENS,
+        echo=req.echo,
+    )
 
 
-async def _run_all(state: ServerState, batches: list[Any], cid: str, sink: Any) -> None:
-    """Every prompt's choices at once; the first failure cancels the rest."""
+class CompletionsEndpoint(Endpoint[CompletionRequest]):
+    id_prefix = "cmpl-"
 
-    async def one(k: int, ids: list[int], choices: list[Choice]) -> None:
-        async with aclosing(merge_choices(state, ids, choices, f"{cid}-p{k}")) as outs:
-            async for i, out in outs:
-                await sink(choices[i].state, out)
+    def inputs(self, state: ServerState, req: CompletionRequest) -> Inputs:
+        return completion_inputs(state, req)
 
-    tasks = [asyncio.create_task(one(k, ids, ch)) for k, (ids, _, ch) in enumerate(batches)]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    def body(
+        self, state: ServerState, req: CompletionRequest, plan: Plan, ids: Ids
+    ) -> dict[str, Any]:
+        choices = []
+        for p in plan.prompts:
+            for c in p.choices:
+                choice = {
+                    "index": c.state.index,
+                    "text": p.echo + c.state.content,
+                    "logprobs": _logprobs(state, c, c.state.take_logprobs(), len(p.echo)),
+                    "finish_reason": c.state.finish_reason,
+                }
+                choices.append(extensions(choice, c.state, req, c.state.token_ids))
+        return {**_head(ids, req.model), "choices": choices, "usage": plan.usage()}
+
+    async def stream(
+        self, state: ServerState, req: CompletionRequest, plan: Plan, ids: Ids
+    ) -> AsyncIterator[str]:
+        want_lp = logprobs_k(req) is not None
+        head = _head(ids, req.model)
+
+        def chunk(index: int, text: str, finish: str | None, cs: ChoiceState | None) -> str:
+            choice: dict[str, Any] = {"index": index, "text": text, "logprobs": None}
+            choice["finish_reason"] = finish
+            if cs is not None:
+                if want_lp:
+                    at = len(cs.content) - len(text)
+                    lp = completion_logprobs(state.tokenizer, cs.take_logprobs(), at)
+                    choice["logprobs"] = lp
+                choice = extensions(choice, cs, req, cs.new_ids)
+            return sse({**head, "choices": [choice]})
+
+        for p in plan.prompts:
+            for c in p.choices if p.echo else []:
+                yield chunk(c.state.index, p.echo, None, None)
+        try:
+            async with aclosing(outputs(state, plan, ids.id)) as outs:
+                async for choice, out in outs:
+                    cs = choice.state
+                    text = cs.delta(out)
+                    if text or out.finished or (req.return_token_ids and cs.new_ids):
+                        finish = cs.finish_reason if out.finished else None
+                        yield chunk(cs.index, text, finish, cs)
+        except RuntimeError as exc:
+            yield sse(error_body(500, f"generation failed: {exc}"))
+        if req.wants_usage_chunk():
+            yield sse({**head, "choices": [], "usage": plan.usage()})
+        yield "data: [DONE]\n\n"
 
 
-async def completion(state: ServerState, req: CompletionRequest, http: Request) -> Any:
-    req = with_tenant(with_session_header(req, http), http)
-    batches = await state.preparer.run(prepare, state, req)
-    cid = f"cmpl-{uuid.uuid4().hex}"
-    created = int(time.time())
-    if req.stream:
-        gen = _stream(state, req, batches, cid, created)
-        return SSEResponse(gen)
-
-    async def sink(cs: ChoiceState, out: Any) -> None:
-        cs.delta(out)
-
-    try:
-        await unless_disconnected(_run_all(state, batches, cid, sink), http.receive)
-    except ClientGone:
-        return JSONResponse(error_body(499, "the client closed the request"), status_code=499)
-    except RuntimeError as exc:
-        raise APIError(500, f"generation failed: {exc}") from None
-    choices = []
-    for _, echo, chs in batches:
-        for c in chs:
-            choice = {
-                "index": c.state.index,
-                "text": echo + c.state.content,
-                "logprobs": _logprobs(state, c, c.state.take_logprobs(), len(echo)),
-                "finish_reason": c.state.finish_reason,
-            }
-            choices.append(extensions(choice, c.state, req, c.state.token_ids))
-    n_prompt = sum(len(ids) for ids, _, _ in batches)
-    n_out = sum(c.state.completion_tokens for _, _, chs in batches for c in chs)
-    body = {
-        "id": cid,
-        "object": "text_completion",
-        "created": created,
-        "model": req.model,
-        "choices": choices,
-        "usage": usage(n_prompt, n_out, _cached(batches)),
-    }
-    return JSONResponse(body)
+def _head(ids: Ids, model: str) -> dict[str, Any]:
+    return {"id": ids.id, "object": "text_completion", "created": ids.created, "model": model}
 
 
 def _logprobs(
@@ -158,82 +115,8 @@ def _logprobs(
 def extensions(
     choice: dict[str, Any], cs: ChoiceState, req: CompletionRequest, ids: list[int]
 ) -> dict[str, Any]:
-    """`choice` with vLLM's `token_ids` (when asked) and a scripted plan's timings."""
+    """`choice` with vLLM's `token_ids` (when asked) and an extension's fields."""
     if req.return_token_ids:
         choice["token_ids"] = list(ids)
-    if cs.timing is not None:
-        choice["augserve_timing"] = cs.timing
+    choice.update(cs.extra_fields())
     return choice
-
-
-async def _stream(
-    state: ServerState, req: CompletionRequest, batches: list[Any], cid: str, created: int
-) -> AsyncIterator[str]:
-    queue: asyncio.Queue[str | None] = asyncio.Queue()
-    want_lp = logprobs_k(req) is not None
-
-    def chunk(index: int, text: str, finish: str | None, cs: ChoiceState | None = None) -> str:
-        choice: dict[str, Any] = {"index": index, "text": text, "logprobs": None}
-        choice["finish_reason"] = finish
-        if cs is not None:
-            if want_lp:
-                at = len(cs.content) - len(text)
-                choice["logprobs"] = completion_logprobs(state.tokenizer, cs.take_logprobs(), at)
-            choice = extensions(choice, cs, req, cs.new_ids)
-        return sse(
-            {
-                "id": cid,
-                "object": "text_completion",
-                "created": created,
-                "model": req.model,
-                "choices": [choice],
-            }
-        )
-
-    for _, echo, chs in batches:
-        for c in chs:
-            if echo:
-                queue.put_nowait(chunk(c.state.index, echo, None))
-
-    async def sink(cs: ChoiceState, out: Any) -> None:
-        text = cs.delta(out)
-        if text or out.finished or (req.return_token_ids and cs.new_ids):
-            finish = cs.finish_reason if out.finished else None
-            queue.put_nowait(chunk(cs.index, text, finish, cs))
-
-    async def run() -> None:
-        try:
-            await _run_all(state, batches, cid, sink)
-        except RuntimeError as exc:
-            queue.put_nowait(sse(error_body(500, f"generation failed: {exc}")))
-        finally:
-            queue.put_nowait(None)
-
-    task = asyncio.create_task(run())
-    try:
-        while (item := await queue.get()) is not None:
-            yield item
-        await task
-    finally:
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-    if req.wants_usage_chunk():
-        n_prompt = sum(len(ids) for ids, _, _ in batches)
-        n_out = sum(c.state.completion_tokens for _, _, chs in batches for c in chs)
-        yield sse(
-            {
-                "id": cid,
-                "object": "text_completion",
-                "created": created,
-                "model": req.model,
-                "choices": [],
-                "usage": usage(n_prompt, n_out, _cached(batches)),
-            }
-        )
-    yield "data: [DONE]\n\n"
-
-
-def _cached(batches: list[Any]) -> int:
-    """Prompt tokens the prefix cache held: each prompt's once (its first sample's)."""
-    return sum(chs[0].state.cached_tokens for _, _, chs in batches if chs)

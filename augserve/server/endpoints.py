@@ -16,11 +16,10 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
 from augserve import __version__
+from augserve.server.chat import render, request_tools
 from augserve.server.errors import APIError
 from augserve.server.health import health
-from augserve.server.input_limits import check_tools
 from augserve.server.protocol import ChatCompletionRequest, Message, ServerTools, ToolDef, _Model
-from augserve.server.request_tools import RequestTools
 from augserve.server.state import ServerState
 from augserve.server.strict_json import StrictJSONRoute
 
@@ -54,20 +53,12 @@ def model_card(state: ServerState, name: str) -> dict[str, Any]:
 
 
 def _chat_prompt(state: ServerState, req: TokenizeRequest) -> str:
+    """The chat endpoint's prompt of these messages and tools (`chat.render`)."""
     assert req.messages is not None
-    check_tools(req.tools, state.limits.prep)
     chat = ChatCompletionRequest(
         model=req.model or "", messages=req.messages, tools=req.tools, server_tools=req.server_tools
     )
-    tools = RequestTools(chat, state.registry, state.parser_name)
-    try:
-        return state.template.render(
-            [m.template_dict() for m in chat.messages],
-            tools=tools.template_tools(),
-            add_generation_prompt=req.add_generation_prompt,
-        )
-    except ValueError as exc:
-        raise APIError(400, f"cannot render the messages: {exc}", param="messages") from None
+    return render(state, chat, request_tools(state, chat), req.add_generation_prompt)
 
 
 def tokenize(state: ServerState, req: TokenizeRequest) -> dict[str, Any]:

@@ -77,7 +77,7 @@ def _is_field(part: Any) -> bool:
     return isinstance(part, str) and part.isidentifier() and part not in _TYPE_TAGS
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     if not errors:
         return "invalid request", None
@@ -100,7 +100,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        msg, param = _validation_message(exc)
+        msg, param = validation_message(exc)
         return error_response(APIError(400, msg, param))
 
     async def on_http(request: Request, exc: Exception) -> Response:

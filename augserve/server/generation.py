@@ -25,7 +25,6 @@ from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tool_parsers import held_prefix
 from augserve.engine.tools import ToolSession
 from augserve.server.request_tools import CallExecutor, openai_tool_calls
-from augserve.server.scripted import timing
 from augserve.server.state import ServerState
 
 if TYPE_CHECKING:
@@ -44,10 +43,8 @@ class ChoiceState:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens the prefix cache held (usage.prompt_tokens_details)
-    scripted: bool = False  # a scripted plan: the content is the generated text
     token_ids: list[int] = field(default_factory=list)  # generated ids so far
     new_ids: list[int] = field(default_factory=list)  # generated ids of the last delta
-    timing: dict[str, Any] | None = None  # a finished scripted choice's timings
     logprobs: list[Logprob] = field(default_factory=list)  # per generated token, if asked
     _sent: int = 0
     _results: int = 0
@@ -67,8 +64,18 @@ class ChoiceState:
         self.new_ids = list(out.new_token_ids)
         self.token_ids += self.new_ids
         self.logprobs += out.new_logprobs
-        if self.scripted:
-            return self._scripted_delta(out)
+        new = self.visible_delta(out)
+        self.content += new
+        self.completion_tokens = out.num_generated_tokens
+        self.cached_tokens = out.num_cached_tokens
+        if out.finished:
+            self.finish_reason = out.finish_reason
+            self.on_finish(out)
+        return new
+
+    def visible_delta(self, out: RequestOutput) -> str:
+        """The new text a client may see: per segment, the parser's streaming-safe view
+        minus a possible stop string's start."""
         if len(out.tool_results) > self._results:  # a tool answered: a new segment began
             self._results, self._sent = len(out.tool_results), 0
         seg = out.segment_text
@@ -80,26 +87,17 @@ class ChoiceState:
             visible = visible[: len(visible) - held]
         new = visible[self._sent :]
         self._sent = max(self._sent, len(visible))
-        self.content += new
-        self.completion_tokens = out.num_generated_tokens
-        self.cached_tokens = out.num_cached_tokens
-        if out.finished:
-            self.finish_reason = out.finish_reason
-            if out.tool_calls:
-                ids = [f"call_{uuid.uuid4().hex[:24]}" for _ in out.tool_calls]
-                self.tool_calls = openai_tool_calls(out.tool_calls, ids)
         return new
 
-    def _scripted_delta(self, out: RequestOutput) -> str:
-        """No parser, no stops: the generated text (filler results are not shown)."""
-        self.content += out.delta_text
-        self.completion_tokens = out.num_generated_tokens
-        self.cached_tokens = out.num_cached_tokens
-        if out.finished:
-            self.finish_reason = out.finish_reason
-            if out.request is not None:
-                self.timing = timing(out.request)
-        return out.delta_text
+    def on_finish(self, out: RequestOutput) -> None:
+        """The client's tool calls of the finished choice, with fresh ids."""
+        if out.tool_calls:
+            ids = [f"call_{uuid.uuid4().hex[:24]}" for _ in out.tool_calls]
+            self.tool_calls = openai_tool_calls(out.tool_calls, ids)
+
+    def extra_fields(self) -> dict[str, Any]:
+        """Fields an extension adds to the finished choice (`server/scripted.py`)."""
+        return {}
 
     @property
     def trace(self) -> list[Any]:
@@ -163,18 +161,20 @@ _DONE = object()
 
 
 async def merge_choices(
-    state: ServerState, prompt: list[int], choices: Sequence[Choice], base_id: str
+    state: ServerState, items: Sequence[tuple[list[int], Choice]], base_id: str
 ) -> AsyncGenerator[tuple[int, RequestOutput | Ended], None]:
-    """(choice index, output) from all choices, in arrival order. Each choice runs in
-    its own task; `state.live` maps its request id to a function that ends it at once
-    (for the shutdown, when an aborted request's final output does not come)."""
+    """(item index, output) from all (prompt, choice) items, in arrival order. Each
+    choice runs in its own task; the first failure cancels the rest. `state.live`
+    maps its request id to a function that ends it at once (for the shutdown, when
+    an aborted request's final output does not come)."""
     queue: asyncio.Queue[Any] = asyncio.Queue()
 
     async def pump(i: int) -> None:
         rid = f"{base_id}-{i}"
         state.live[rid] = lambda: queue.put_nowait((i, Ended()))
         try:
-            async with aclosing(run_choice(state, prompt, choices[i], rid)) as gen:
+            prompt, choice = items[i]
+            async with aclosing(run_choice(state, prompt, choice, rid)) as gen:
                 async for out in gen:
                     queue.put_nowait((i, out))
         except Exception as exc:
@@ -183,7 +183,7 @@ async def merge_choices(
             state.live.pop(rid, None)
             queue.put_nowait(_DONE)
 
-    tasks = [asyncio.create_task(pump(i)) for i in range(len(choices))]
+    tasks = [asyncio.create_task(pump(i)) for i in range(len(items))]
     ended: set[int] = set()
     try:
         left = len(tasks)

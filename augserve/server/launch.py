@@ -33,6 +33,7 @@ import uvicorn
 from augserve.core.metrics import SLOConfig
 from augserve.engine.chat import CHATML_TEMPLATE, ChatTemplate
 from augserve.engine.tool_parsers import PARSER_CHOICES, detect_tool_parser
+from augserve.server import scripted
 from augserve.server.app import create_app, drain
 from augserve.server.health import HealthCollector
 from augserve.server.metrics import ServerMetrics
@@ -143,8 +144,9 @@ def build_state(
         metrics,
         opts.served_model_names,
         opts.limits,
-        allow_scripted=opts.allow_scripted_tools,
     )
+    if opts.allow_scripted_tools:
+        scripted.install(state)
     metrics.registry.register(HealthCollector(state))
     metrics.registry.register(PrepCollector(state.preparer, engine))
     return state

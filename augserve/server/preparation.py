@@ -156,7 +156,7 @@ class PrepCollector:
             "Grammar compiles abandoned past --grammar-compile-timeout",
             p.compile_timeouts,
         )
-        masker = getattr(self.engine, "_grammars", None)
+        masker = getattr(getattr(self.engine, "masker", None), "built", None)
         cache = getattr(masker, "cache", None)
         yield GaugeMetricFamily(
             "augserve_grammar_cache_bytes",

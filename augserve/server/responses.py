@@ -11,32 +11,57 @@ token limit, `response.failed` on an engine failure)."""
 
 from __future__ import annotations
 
-import time
+import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
 
-from augserve.server import chat
-from augserve.server.errors import APIError, error_body
-from augserve.server.generation import ChoiceState, ClientGone, merge_choices, unless_disconnected
+from augserve.server.chat import chat_inputs
+from augserve.server.generation import ChoiceState
+from augserve.server.pipeline import Endpoint, Ids, Inputs, Plan, outputs
+from augserve.server.protocol import ChatCompletionRequest
 from augserve.server.responses_input import ResponsesRequest, chat_request
 from augserve.server.state import ServerState
-from augserve.server.streaming import SSEResponse
 from augserve.server.tenancy import with_tenant
+
+
+class ResponsesEndpoint(Endpoint[ResponsesRequest]):
+    """The Responses wire format on the chat pipeline: the request read as a chat
+    request (`responses_input.py`), its first choice answered as a `response`."""
+
+    id_prefix = "resp_"
+
+    def bind(self, req: ResponsesRequest, http: Request) -> ResponsesRequest:
+        return with_tenant(req, http)  # type: ignore[no-any-return]
+
+    def generation_request(self, req: ResponsesRequest) -> ChatCompletionRequest:
+        return chat_request(req)
+
+    def inputs(self, state: ServerState, req: ChatCompletionRequest) -> Inputs:
+        return chat_inputs(state, req)
+
+    def body(
+        self, state: ServerState, req: ResponsesRequest, plan: Plan, ids: Ids
+    ) -> dict[str, Any]:
+        return _final(Draft(req, ids), plan.choices[0].state, len(plan.prompts[0].ids))
+
+    def stream(
+        self, state: ServerState, req: ResponsesRequest, plan: Plan, ids: Ids
+    ) -> AsyncIterator[str]:
+        return _stream(state, Draft(req, ids), plan)
 
 
 class Draft:
     """One response being built: its ids, the request's echo fields, and the items."""
 
-    def __init__(self, req: ResponsesRequest) -> None:
+    def __init__(self, req: ResponsesRequest, ids: Ids) -> None:
         self.req = req
-        self.id = f"resp_{uuid.uuid4().hex}"
+        self.id = ids.id
         self.msg_id = f"msg_{uuid.uuid4().hex}"
-        self.created = int(time.time())
+        self.created = ids.created
         self.seq = 0
 
     def body(self, status: str, output: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -69,8 +94,6 @@ class Draft:
         }
 
     def event(self, kind: str, **fields: Any) -> str:
-        import json
-
         data = {"type": kind, "sequence_number": self.seq, **fields}
         self.seq += 1
         return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
@@ -120,35 +143,14 @@ def _final(draft: Draft, cs: ChoiceState, prompt_len: int) -> dict[str, Any]:
     return draft.body(status, output, usage=usage, **extra)
 
 
-def _prepare(state: ServerState, req: ResponsesRequest) -> tuple[list[int], list[Any]]:
-    return chat.prepare(state, chat_request(req))
-
-
-async def create_response(state: ServerState, req: ResponsesRequest, http: Request) -> Any:
-    req = with_tenant(req, http)
-    prompt, choices = await state.preparer.run(_prepare, state, req)
-    draft = Draft(req)
-    if req.stream:
-        return SSEResponse(_stream(state, draft, prompt, choices))
-    try:
-        await unless_disconnected(chat._collect(state, prompt, choices, draft.id), http.receive)
-    except ClientGone:
-        return JSONResponse(error_body(499, "the client closed the request"), status_code=499)
-    except RuntimeError as exc:
-        raise APIError(500, f"generation failed: {exc}") from None
-    return JSONResponse(_final(draft, choices[0].state, len(prompt)))
-
-
-async def _stream(
-    state: ServerState, draft: Draft, prompt: list[int], choices: list[Any]
-) -> AsyncIterator[str]:
+async def _stream(state: ServerState, draft: Draft, plan: Plan) -> AsyncIterator[str]:
     yield draft.event("response.created", response=draft.body("in_progress", []))
     yield draft.event("response.in_progress", response=draft.body("in_progress", []))
-    cs: ChoiceState = choices[0].state
+    cs: ChoiceState = plan.choices[0].state
     ids = {"item_id": draft.msg_id, "output_index": 0}
     opened = False
     try:
-        async with aclosing(merge_choices(state, prompt, choices, draft.id)) as outs:
+        async with aclosing(outputs(state, plan, draft.id)) as outs:
             async for _, out in outs:
                 delta = cs.delta(out)
                 if delta and not opened:
@@ -168,7 +170,7 @@ async def _stream(
         yield draft.event(
             "error", code="server_error", message=f"generation failed: {exc}", param=None
         )
-    final = _final(draft, cs, len(prompt))
+    final = _final(draft, cs, len(plan.prompts[0].ids))
     if final["output"] and final["output"][0]["type"] == "message" and not opened:
         for event in _open_message(draft, ids):
             yield event

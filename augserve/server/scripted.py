@@ -14,9 +14,10 @@ last segment ends without a call; with `"client_tool": NAME` it ends as if the
 model had called client-side tool NAME (`finish_reason: "tool_calls"`, the KV kept
 as a paused client session that the client's next request, naming the session or
 extending the context, continues), for agent-loop benchmarks on models that do not
-write calls. Off unless the server runs with
-`--allow-scripted-tools`: a plan lets a client hold a request (and its KV) for as
-long as its calls say.
+write calls. Off unless the server runs with `--allow-scripted-tools`, which
+`install`s `plan_scripted` as the pipeline's plan hook (`server/pipeline.py`): a
+plan lets a client hold a request (and its KV) for as long as its calls say, and
+without the flag nothing of this module is on the request path.
 
 The finished choice carries `augserve_timing` (seconds after the request reached
 the engine): `first_scheduled`, `first_token`, `finish`, `calls` (start, end,
@@ -27,17 +28,65 @@ returned tokens, context policy of each), `call_time` (their sum),
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from augserve.core.prediction import client_key
 from augserve.core.request import Request, Segment
 from augserve.server.errors import APIError
+from augserve.server.generation import Choice, ChoiceState
+from augserve.server.pipeline import Inputs, Plan, PromptPlan, echo_text
 from augserve.server.protocol import CompletionRequest, ScriptedSegment
-from augserve.server.state import ServerState
+from augserve.server.state import ServerState, sampling_params
+
+if TYPE_CHECKING:
+    from augserve.engine.outputs import RequestOutput
 
 MAX_SEGMENTS = 256
 MAX_CALL_TIME = 600.0  # seconds one scripted call may last
 PARAM = "augserve_segments"
+
+
+def install(state: ServerState) -> None:
+    """Serve scripted plans on this server (`--allow-scripted-tools`)."""
+    state.plan_hook = plan_scripted
+
+
+def plan_scripted(
+    state: ServerState, req: Any, spec: Inputs, encoded: list[list[int]]
+) -> Plan | None:
+    """The pipeline's plan hook: a completions request with a plan runs it (one choice
+    that ignores EOS); any other request is planned as usual (None)."""
+    segments = scripted_plan(state, req) if isinstance(req, CompletionRequest) else None
+    if segments is None:
+        return None
+    fmt = req.response_format
+    if fmt is not None and fmt.type != "text":
+        raise APIError(
+            400, "response_format does not apply to scripted plans", param="response_format"
+        )
+    check_plan_fits(state, len(encoded[0]), segments)
+    params = replace(sampling_params(req, sum(s.output_len for s in segments), 0), ignore_eos=True)
+    choice = Choice(ScriptedChoiceState(0), params, segments=segments, cache_salt=req.cache_salt)
+    return Plan([PromptPlan(encoded[0], [choice], echo_text(state, spec, 0, encoded[0]))])
+
+
+@dataclass
+class ScriptedChoiceState(ChoiceState):
+    """A scripted choice: no parser, no stops, its content the generated text (filler
+    results are not shown); finished, it carries `augserve_timing`."""
+
+    timing: dict[str, Any] | None = None
+
+    def visible_delta(self, out: RequestOutput) -> str:
+        return out.delta_text
+
+    def on_finish(self, out: RequestOutput) -> None:
+        if out.request is not None:
+            self.timing = timing(out.request)
+
+    def extra_fields(self) -> dict[str, Any]:
+        return {} if self.timing is None else {"augserve_timing": self.timing}
 
 
 def scripted_plan(state: ServerState, req: CompletionRequest) -> list[Segment] | None:
@@ -46,10 +95,6 @@ def scripted_plan(state: ServerState, req: CompletionRequest) -> list[Segment] |
     plan = req.augserve_segments
     if plan is None:
         return None
-    if not state.allow_scripted:
-        raise _bad(
-            "scripted tool plans are off on this server (start it with --allow-scripted-tools)"
-        )
     if len(plan) > MAX_SEGMENTS:
         raise _bad(f"at most {MAX_SEGMENTS} segments, got {len(plan)}")
     if req.n != 1:

@@ -58,7 +58,9 @@ class ServerState:
     limits: ServerLimits = field(default_factory=ServerLimits)
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False
-    allow_scripted: bool = False  # accept `augserve_segments` plans (benchmarks)
+    # an extension that may plan a request itself (`pipeline.PlanHook`; installed only
+    # by `scripted.install`, for benchmarks): None on the live path
+    plan_hook: Callable[..., Any] | None = None
     # request id in the engine -> a function that ends its choice at once (shutdown)
     live: dict[str, Callable[[], None]] = field(default_factory=dict)
     preparer: Preparer = field(init=False)  # request preparation off the loop

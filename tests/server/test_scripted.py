@@ -48,6 +48,18 @@ def test_plans_are_off_by_default(plain: LiveServer) -> None:
     assert param == "augserve_segments" and "--allow-scripted-tools" in msg
 
 
+def test_plans_are_an_extension_off_the_live_path(plain: LiveServer, scripted: LiveServer) -> None:
+    """Only `--allow-scripted-tools` installs the plan hook (`server/pipeline.py`); the
+    request path's modules import nothing of `scripted.py`."""
+    from augserve.server import generation, pipeline
+    from augserve.server.scripted import plan_scripted
+
+    assert plain.state.plan_hook is None and scripted.state.plan_hook is plan_scripted
+    for module in (generation, pipeline):  # nothing of scripted.py imported there
+        origins = {getattr(v, "__module__", None) for v in vars(module).values()}
+        assert "augserve.server.scripted" not in origins
+
+
 @pytest.mark.parametrize(
     ("plan", "extra", "param", "words"),
     [
