@@ -153,12 +153,11 @@ def _build_model(
 def release_freed_memory() -> None:
     """Hand the loader's freed temporaries back to the OS (glibc's malloc_trim; nothing
     elsewhere): the quantized SmolLM2 load kept ~60 MB of them resident otherwise."""
+    import contextlib
     import ctypes
 
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 class ModelRunner:
