@@ -8,6 +8,8 @@ exact dtype for the device found (docs/models.md).
   faster than the file dequantized to bf16 (`benchmarks/bench_quant_decode.py`), a
   fraction of its memory, and the same greedy agreement with the fp32 dequantization
   (the weights are the file's exactly; bf16 activations are the whole difference).
+  Only on CPUs with bf16 instructions: elsewhere (avx2 only) bf16 is emulated and the
+  quantized path was not measured, so GGUF files load dequantized there by default.
 - Otherwise bf16 on CUDA and on CPUs with bf16 instructions (avx512_bf16, amx_bf16),
   fp32 on other CPUs, where bf16 matmuls are emulated and slower than fp32.
 
@@ -63,7 +65,8 @@ def quant_wanted(
 ) -> bool:
     """Whether to keep the weights quantized: only a GGUF directory on the CPU; then an
     explicit setting wins, then, when no dtype is given, AUGSERVE_QUANT if set, else
-    yes (see the module doc)."""
+    yes on CPUs with bf16 instructions (the kernels want bf16 activations; measured
+    only there, see the module doc)."""
     if device.type != "cpu" or not is_gguf_dir(model_dir):
         if setting:
             raise ValueError("quantize: only GGUF models on the CPU have a quantized form")
@@ -71,4 +74,4 @@ def quant_wanted(
     if setting is not None:
         return setting
     env = env_switch("AUGSERVE_QUANT")
-    return dtype is None and env is not False
+    return dtype is None and (env if env is not None else cpu_has_bf16())

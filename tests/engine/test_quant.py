@@ -156,6 +156,7 @@ def test_auto_dtype_quantizes_gguf_but_not_hf_dirs(
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("AUGSERVE_QUANT", raising=False)
+    monkeypatch.setattr("augserve.engine.quant_select.cpu_has_bf16", lambda: True)
     model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0))
     kv = KVCacheConfig(block_size=8, num_device_blocks=16)
     auto = ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False))
@@ -165,6 +166,9 @@ def test_auto_dtype_quantizes_gguf_but_not_hf_dirs(
     monkeypatch.setenv("AUGSERVE_QUANT", "1")
     assert ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
     monkeypatch.setenv("AUGSERVE_QUANT", "0")
+    assert not ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
+    monkeypatch.delenv("AUGSERVE_QUANT")
+    monkeypatch.setattr("augserve.engine.quant_select.cpu_has_bf16", lambda: False)
     assert not ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
     with pytest.raises(ValueError, match="quantize"):
         RunnerConfig(str(llama_dir), None, "cpu", kv, quantize=True) and ModelRunner(
