@@ -207,6 +207,29 @@ def disagreements(per_path: dict[str, dict[str, dict[str, bool]]]) -> dict[str, 
     return out
 
 
+def texts(root: Path, model: str) -> dict[str, str]:
+    """Every entry's raw model output (BFCL's `result` field), by entry id."""
+    out: dict[str, str] = {}
+    for f in (root / "result" / model).rglob("*_result.json"):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                out[entry["id"]] = str(entry["result"])
+    return out
+
+
+def text_agreement(root: Path, a: str, b: str) -> dict[str, int | None]:
+    """Per entry both paths ran: None where the outputs are identical, else the first
+    character at which they part."""
+    ta, tb = texts(root, a), texts(root, b)
+    out: dict[str, int | None] = {}
+    for i in sorted(set(ta) & set(tb)):
+        x, y = ta[i], tb[i]
+        n = min(len(x), len(y))
+        out[i] = None if x == y else next((k for k in range(n) if x[k] != y[k]), n)
+    return out
+
+
 def provenance(cmd: list[str]) -> dict[str, Any]:
     commit = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
@@ -312,6 +335,11 @@ def main() -> int:
     per_entry = {keys.get(m, m): verdicts(root, m, cats) for m in paths}
     data["per_entry"] = per_entry
     data["disagreements"] = disagreements(per_entry)
+    if {"augserve-completions", "reference"} <= set(paths):  # the same prompt on both
+        parts = text_agreement(root, "augserve-completions", "reference")
+        data["completions_vs_reference_text"] = parts
+        same = sum(v is None for v in parts.values())
+        print(f"completions path vs reference: {same} of {len(parts)} outputs identical")
     print(json.dumps(data["categories"], indent=1))
     print("entries where the paths disagree:", json.dumps(data["disagreements"]))
     if args.out is not None:
