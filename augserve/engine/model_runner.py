@@ -73,7 +73,7 @@ class RunnerConfig:
     a CPU with bf16 instructions or CUDA, else fp32; `quant_select.default_dtype`).
 
     quantize: keep a GGUF file's weights quantized (engine/quant.py); None = auto:
-    AUGSERVE_QUANT if set, else on for GGUF on the CPU when no dtype is given
+    on with AUGSERVE_QUANT=1 for GGUF on the CPU when no dtype is given, else off
     (`quant_select.quant_wanted`). An explicit dtype loads the dequantized weights.
 
     compile: torch.compile the layers' fused regions and the paged decode kernel;

@@ -151,7 +151,7 @@ def test_gguf_model_quantized_generates_as_dequantized(
     assert run_greedy(got, prompts, 12) == run_greedy(ref, prompts, 12)
 
 
-def test_auto_dtype_quantizes_gguf_but_not_hf_dirs(
+def test_auto_dtype_keeps_gguf_quantized_only_when_asked(
     llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -160,16 +160,17 @@ def test_auto_dtype_quantizes_gguf_but_not_hf_dirs(
     model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0))
     kv = KVCacheConfig(block_size=8, num_device_blocks=16)
     auto = ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False))
-    assert auto.quantized and auto.dtype == torch.bfloat16
-    assert not ModelRunner(RunnerConfig(model, "bf16", "cpu", kv, compile=False)).quantized
+    assert not auto.quantized and auto.dtype == torch.bfloat16  # opt-in (quant_select.py)
+    assert ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False, quantize=True)).quantized
     assert not ModelRunner(RunnerConfig(str(llama_dir), None, "cpu", kv, compile=False)).quantized
     monkeypatch.setenv("AUGSERVE_QUANT", "1")
-    assert ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
+    on = ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False))
+    assert on.quantized and on.dtype == torch.bfloat16
+    assert not ModelRunner(RunnerConfig(model, "bf16", "cpu", kv, compile=False)).quantized
+    assert not ModelRunner(RunnerConfig(str(llama_dir), None, "cpu", kv, compile=False)).quantized
     monkeypatch.setenv("AUGSERVE_QUANT", "0")
     assert not ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
     monkeypatch.delenv("AUGSERVE_QUANT")
-    monkeypatch.setattr("augserve.engine.quant_select.cpu_has_bf16", lambda: False)
-    assert not ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
     with pytest.raises(ValueError, match="quantize"):
         RunnerConfig(str(llama_dir), None, "cpu", kv, quantize=True) and ModelRunner(
             RunnerConfig(str(llama_dir), None, "cpu", kv, quantize=True)
