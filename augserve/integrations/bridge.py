@@ -27,14 +27,13 @@ is predicted and what the predictor learns from the engine: `predictions.py`.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
 from augserve.core.prediction import Predictor
 from augserve.core.request import CallRecord, ContextPolicy, Request, RequestStatus, Segment
+from augserve.integrations.engine_facts import EngineFacts, plugin_config
 from augserve.integrations.options import PluginOptions
 from augserve.integrations.predictions import PluginPredictions
 from augserve.integrations.sessions import EndedTurn, EndedTurns, continue_turn
@@ -46,21 +45,6 @@ from augserve.sched.context_policy import choose_context_policy
 from augserve.sched.policies import RankingPolicy, make_policy, uses_dynamic_budget
 
 PRESERVE, DISCARD = ContextPolicy.PRESERVE, ContextPolicy.DISCARD
-
-
-@dataclass(frozen=True)
-class EngineFacts:
-    """What the bridge needs to know of the engine: KV blocks and the static budget."""
-
-    block_size: int
-    num_blocks: int
-    max_batch_tokens: int
-    max_num_seqs: int = 256
-
-    def __post_init__(self) -> None:
-        for name in ("block_size", "num_blocks", "max_batch_tokens", "max_num_seqs"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"EngineFacts.{name} must be > 0, got {getattr(self, name)}")
 
 
 class PolicyBridge:
@@ -76,21 +60,7 @@ class PolicyBridge:
         self.options = options
         self.facts = facts
         self.latency = latency if latency is not None else load_profile(options.profile)
-        self.config = SchedulerConfig(
-            policy=options.policy,
-            block_size=facts.block_size,
-            num_device_blocks=facts.num_blocks,
-            num_host_blocks=0,  # no per-request swap in the engine
-            max_batch_tokens=facts.max_batch_tokens,
-            max_num_seqs=facts.max_num_seqs,
-            dynamic_budget=options.dynamic_budget,
-            beta=options.beta,
-            beta_low=options.beta_low,
-            predictor=options.predictor,
-            slo_ttft=options.slo_ttft,
-            slo_norm_latency=options.slo_norm_latency,
-            slo_reserve=options.slo_reserve,
-        )
+        self.config = plugin_config(options, facts)
         self._policies: dict[ContextPolicy | None, RankingPolicy] = {
             p: make_policy(self.config.with_(forced_context_policy=p), self.latency, self)
             for p in (PRESERVE, DISCARD, None)
@@ -308,16 +278,16 @@ class PolicyBridge:
 
     def order(self, request_ids: Iterable[str], now: float) -> list[str]:
         """Ids by the policy's sort key (best first); unknown ids keep their order, last."""
-        ids = list(request_ids)
-        known = [i for i in ids if i in self._live]
-        known.sort(key=lambda i: self._policy(i).key(self._live[i], now))
-        return known + [i for i in ids if i not in self._live]
+        return self._known_first(request_ids, lambda i: self._policy(i).key(self._live[i], now))
 
     def preempt_order(self, request_ids: Iterable[str]) -> list[str]:
         """Ids by the policy's non-aging preempt key: the last is the one to preempt."""
+        return self._known_first(request_ids, lambda i: self._policy(i).preempt_key(self._live[i]))
+
+    def _known_first(self, request_ids: Iterable[str], key: Callable[[str], Any]) -> list[str]:
+        """The known ids sorted by `key`, then the unknown ones in their order."""
         ids = list(request_ids)
-        known = [i for i in ids if i in self._live]
-        known.sort(key=lambda i: self._policy(i).preempt_key(self._live[i]))
+        known = sorted((i for i in ids if i in self._live), key=key)
         return known + [i for i in ids if i not in self._live]
 
     def scheduled(self, request_ids: Iterable[str], candidates: Sequence[str], now: float) -> None:
