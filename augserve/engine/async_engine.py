@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
@@ -45,23 +44,12 @@ from augserve.engine.engine_step import BatchFailed, EngineStep
 from augserve.engine.engine_thread import EngineThread
 from augserve.engine.outputs import RequestOutput
 from augserve.engine.sampling_params import SamplingParams
+from augserve.engine.step_failures import RequestFailed, StepFailures
 from augserve.engine.tools import PendingCall, ToolExecutor, ToolSession, run_call
 from augserve.sched.output import SchedulerStats
 
-log = logging.getLogger("augserve.engine")
-
 _Item = RequestOutput | BaseException
-FAILURES_UNHEALTHY = 3  # failed steps in a row that make the engine unhealthy
 FIT_EVERY = 32  # busy steps between two pieces of a background latency fit
-
-
-class RequestFailed(RuntimeError):
-    """The engine failed on this request (the forward of its batch raised); it finished
-    with reason "error" (`output`) and its KV was freed. Other requests go on."""
-
-    def __init__(self, message: str, output: RequestOutput | None = None) -> None:
-        super().__init__(message)
-        self.output = output
 
 
 @dataclass(frozen=True)
@@ -105,11 +93,9 @@ class AsyncLLMEngine:
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
-        self._failed: dict[str, str] = {}  # request id -> why its batch failed
+        self.failures = StepFailures()
+        self._failed = self.failures.why  # request id -> why its batch failed
         self._busy_steps = 0  # busy steps since the last piece of a latency fit
-        self.failed_steps = 0  # steps that raised, in all
-        self.failures_in_a_row = 0
-        self.last_failure: str | None = None
 
     # --- public API --------------------------------------------------------------------
     async def generate(
@@ -178,7 +164,19 @@ class AsyncLLMEngine:
     @property
     def healthy(self) -> bool:
         """False after `FAILURES_UNHEALTHY` failed steps in a row."""
-        return self.failures_in_a_row < FAILURES_UNHEALTHY
+        return self.failures.healthy
+
+    @property
+    def failed_steps(self) -> int:
+        return self.failures.failed_steps
+
+    @property
+    def failures_in_a_row(self) -> int:
+        return self.failures.in_a_row
+
+    @property
+    def last_failure(self) -> str | None:
+        return self.failures.last
 
     async def shutdown(self) -> None:
         if self._loop_task is not None:
@@ -216,39 +214,18 @@ class AsyncLLMEngine:
         try:
             step = self.engine.step()
         except BatchFailed as failed:
-            self._fail_batch(failed)
+            self.failures.batch_failed(failed)
             return failed.step
         if step.num_tokens and step.outputs:
-            self.failures_in_a_row = 0
+            self.failures.in_a_row = 0
         return step
-
-    def _fail_batch(self, failed: BatchFailed) -> None:
-        """Its requests' streams raise `RequestFailed` at their final output."""
-        rids = failed.request_ids
-        cause = failed.__cause__ if isinstance(failed.__cause__, Exception) else failed
-        self._count_failure(str(failed), len(rids), cause)
-        msg = f"the forward failed ({failed}); its batch of {len(rids)} request(s) was aborted"
-        for rid in rids:
-            self._failed[rid] = msg
-
-    def _count_failure(self, why: str, num_requests: int, exc: Exception) -> None:
-        self.failed_steps += 1
-        self.failures_in_a_row += 1
-        self.last_failure = why
-        log.error(
-            "engine step failed (%s); %d request(s) finished with 'error', %d failure(s) in a row",
-            why,
-            num_requests,
-            self.failures_in_a_row,
-            exc_info=exc,
-        )
 
     def _fail_everything(self, exc: Exception) -> None:
         """The step failed outside the forward (scheduling, bookkeeping): the batch is
         unknown, so every live request ends with reason "error"."""
         why = f"{type(exc).__name__}: {exc}"
         live = [rid for rid in self._streams if self.engine.get_request(rid) is not None]
-        self._count_failure(why, len(live), exc)
+        self.failures.count(why, len(live), exc)
         for rid in live:
             self._failed[rid] = f"the engine step failed ({why}); the request was aborted"
             try:
