@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from augserve.bench.aggregate import aggregate
 from augserve.bench.reproduce.spec import Scale, profiles_for
-from augserve.bench.runner import BenchPoint, Row, aggregate
+from augserve.bench.runner import BenchPoint, Row
 
 
 @dataclass(frozen=True)
