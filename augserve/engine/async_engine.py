@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 
 from augserve.core.prediction import Prediction
 from augserve.core.request import Request, Segment
@@ -45,27 +44,12 @@ from augserve.engine.engine_thread import EngineThread
 from augserve.engine.outputs import RequestOutput
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.step_failures import RequestFailed, StepFailures
+from augserve.engine.step_inbox import Add, Return, StepInbox
 from augserve.engine.tools import PendingCall, ToolExecutor, ToolSession, run_call
 from augserve.sched.output import SchedulerStats
 
 _Item = RequestOutput | BaseException
 FIT_EVERY = 32  # busy steps between two pieces of a background latency fit
-
-
-@dataclass(frozen=True)
-class _Return:
-    request_id: str
-    result: list[int] | str
-    prediction: Prediction | None
-    error: bool
-
-
-@dataclass(frozen=True)
-class _Add:
-    req: Request
-    params: SamplingParams
-    prediction: Prediction | None
-    tools: ToolSession | None
 
 
 class AsyncLLMEngine:
@@ -87,9 +71,7 @@ class AsyncLLMEngine:
         self.call_time_scale = call_time_scale
         self._streams: dict[str, asyncio.Queue[_Item]] = {}
         self._calls: dict[str, asyncio.Task[None]] = {}
-        self._returns: list[_Return] = []
-        self._adds: list[_Add] = []  # arrivals while a step runs, applied after it
-        self._aborts: list[str] = []  # aborts while a step runs, applied after it
+        self._inbox = StepInbox()  # what came while a step ran, applied after it
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
@@ -125,7 +107,7 @@ class AsyncLLMEngine:
                 rid, prompt, params, segments, session_id=session_id, cache_salt=cache_salt
             )
             prediction = await self._predict_off_loop(req)
-            self._add(_Add(req, params, prediction, tools))
+            self._add(Add(req, params, prediction, tools))
             while True:
                 item = await queue.get()
                 if isinstance(item, BaseException):
@@ -146,13 +128,11 @@ class AsyncLLMEngine:
         task = self._calls.pop(request_id, None)
         if task is not None:
             task.cancel()
-        pending = [a for a in self._adds if a.req.request_id == request_id]
-        if pending:  # never reached the engine
-            self._adds = [a for a in self._adds if a.req.request_id != request_id]
+        if self._inbox.drop_add(request_id):  # never reached the engine
             return True
         if self.thread.busy:  # the engine is busy in its thread: after the step
             found = self.engine.get_request(request_id) is not None
-            self._aborts.append(request_id)
+            self._inbox.aborts.append(request_id)
         else:
             found = self.engine.abort(request_id)
         self._kick()
@@ -190,20 +170,12 @@ class AsyncLLMEngine:
         await self.thread.close()  # a step cut short by the cancel: let it end
 
     # --- the loop ----------------------------------------------------------------------
-    def _add(self, a: _Add) -> None:
+    def _add(self, a: Add) -> None:
         if self.thread.busy:
-            self._adds.append(a)
+            self._inbox.adds.append(a)
         else:
-            self.engine.add(a.req, a.params, prediction=a.prediction, tools=a.tools, stream=True)
+            a.into(self.engine)
         self._kick()
-
-    def _apply_pending(self) -> None:
-        adds, self._adds = self._adds, []
-        for a in adds:
-            self.engine.add(a.req, a.params, prediction=a.prediction, tools=a.tools, stream=True)
-        aborts, self._aborts = self._aborts, []
-        for rid in aborts:
-            self.engine.abort(rid)
 
     async def _step(self) -> EngineStep:
         """One engine step on the engine's thread; the loop stays free meanwhile."""
@@ -263,7 +235,7 @@ class AsyncLLMEngine:
                 await asyncio.sleep(0)
                 continue
             if step is None or step.idle:
-                if not (self._returns or self._adds or self._aborts):  # sleep until news
+                if not self._inbox.has_news():  # sleep until news
                     self._wake.clear()
                     await self._wake.wait()
             else:
@@ -281,19 +253,13 @@ class AsyncLLMEngine:
         return False
 
     async def _iteration(self) -> EngineStep | None:
-        self._apply_pending()
-        self._apply_returns()
+        self._inbox.apply(self.engine)
         engine = self.engine
         if engine.has_unfinished():
             return await self._step()
         if engine.has_pending_outputs():
             return engine.flush()  # e.g. the last live request was just aborted
         return None
-
-    def _apply_returns(self) -> None:
-        returns, self._returns = self._returns, []
-        for r in returns:
-            self.engine.resume(r.request_id, r.result, prediction=r.prediction, error=r.error)
 
     async def _predict_off_loop(self, req: Request) -> Prediction | None:
         """Run an expensive predictor in a worker thread; cheap ones run inline later."""
@@ -332,5 +298,5 @@ class AsyncLLMEngine:
                 result = []
         prediction = await self._predict_return(call.request_id, result)
         self._calls.pop(call.request_id, None)
-        self._returns.append(_Return(call.request_id, result, prediction, error))
+        self._inbox.returns.append(Return(call.request_id, result, prediction, error))
         self._kick()
