@@ -57,6 +57,7 @@ HELD_OUT = (
     "as it has since the first lamp was lit."
 )
 PREFILL_TEXT = " ".join([HELD_OUT] * 3)
+PREFILL_TOKENS = 512  # llama.cpp's slots hold 8192 / 8 = 1024 tokens each
 BIG = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
            num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
            max_position_embeddings=4096, tie_word_embeddings=True)  # fmt: skip
@@ -89,6 +90,24 @@ def decode_bytes_per_token(gguf_path: Path) -> int:
     sizes = {t.name: int(t.n_bytes) for t in r.tensors}
     n = sum(v for k, v in sizes.items() if k != "token_embd.weight")
     return n + (sizes["token_embd.weight"] if "output.weight" not in sizes else 0)
+
+
+def kv_bytes(gguf_path: Path, tokens: int = 8192) -> int:
+    """Bytes of a 16-bit KV cache of `tokens` tokens (both servers hold 8192: augserve's
+    512 blocks of 16, llama.cpp's `-c 8192` in f16)."""
+    import gguf
+
+    r = gguf.GGUFReader(str(gguf_path))
+    arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
+
+    def val(key: str) -> int:
+        return int(r.fields[f"{arch}.{key}"].parts[-1][0])
+
+    heads, hidden = val("attention.head_count"), val("embedding_length")
+    kv_heads = (
+        val("attention.head_count_kv") if f"{arch}.attention.head_count_kv" in r.fields else heads
+    )
+    return val("block_count") * 2 * kv_heads * (hidden // heads) * 2 * tokens
 
 
 def rss_of(pid: int) -> int:
@@ -153,12 +172,25 @@ async def _stream(
     return first - t0, last - first, count
 
 
-async def _measure(url: str) -> dict[str, float]:
+def prefill_text(model_dir: Path, tokens: int = PREFILL_TOKENS) -> str:
+    """The longest run of PREFILL_TEXT's words that is at most `tokens` tokens for this
+    model's tokenizer (a random model's small BPE makes the whole text ~1600 tokens)."""
+    from augserve.engine.tokenizer import Tokenizer
+
+    tok, words = Tokenizer(model_dir), PREFILL_TEXT.split(" ")
+    lo, hi = 1, len(words)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if len(tok.encode(" ".join(words[:mid]))) <= tokens else (lo, mid - 1)
+    return " ".join(words[:lo])
+
+
+async def _measure(url: str, prefill: str) -> dict[str, float]:
     async with httpx.AsyncClient(timeout=3600) as c:
         await _stream(c, url, "Hello", 8)  # warm up
         _, dt, n = await _stream(c, url, "Once upon a time", 128)
         t0 = time.perf_counter()
-        r = await c.post(url + "/v1/completions", json=_body(PREFILL_TEXT, 1, False))
+        r = await c.post(url + "/v1/completions", json=_body(prefill, 1, False))
         prefill = time.perf_counter() - t0
         prompt_tokens = r.json()["usage"]["prompt_tokens"]
         t0 = time.perf_counter()
@@ -239,17 +271,24 @@ def run_file(path: Path, llama: str | None, a: argparse.Namespace) -> list[dict[
     from augserve.engine.resolve import resolve_model
 
     rows: dict[str, dict[str, Any]] = {}
+    model_dir = Path(resolve_model(path))
+    prefill = prefill_text(model_dir)
     systems = [("augserve", augserve_cmd(path, a.port, a.threads))]
     if llama:
         systems.append(("llama.cpp", llama_cmd(llama, path, a.port + 1, a.threads)))
     for rnd in range(a.rounds):
         for name, cmd in systems[rnd % 2 :] + systems[: rnd % 2]:  # rotated
             port = int(cmd[cmd.index("--port") + 1])
-            with Server(cmd, port, Path(a.log)) as srv:
-                assert srv.proc is not None
-                rss = rss_of(srv.proc.pid)
-                got = {**asyncio.run(_measure(srv.url)), "rss_after_load_bytes": rss}
             best = rows.setdefault(name, {"model": path.name, "system": name})
+            try:
+                with Server(cmd, port, Path(a.log)) as srv:
+                    assert srv.proc is not None
+                    rss = rss_of(srv.proc.pid)
+                    got = {**asyncio.run(_measure(srv.url, prefill)), "rss_after_load_bytes": rss}
+            except (httpx.HTTPError, RuntimeError) as exc:  # recorded; the other rounds go on
+                best.setdefault("failed_rounds", []).append(f"round {rnd}: {exc!r}")
+                print(name, path.name, "round", rnd, "FAILED:", repr(exc), flush=True)
+                continue
             for k, v in got.items():
                 lower = k in ("prefill_s", "rss_after_load_bytes")
                 old = best.get(k)
@@ -257,19 +296,29 @@ def run_file(path: Path, llama: str | None, a: argparse.Namespace) -> list[dict[
             print(
                 name, path.name, "round", rnd, {k: round(v, 3) for k, v in got.items()}, flush=True
             )
-    model_dir = Path(resolve_model(path))
+    print("greedy agreement over", a.agree_tokens, "tokens", flush=True)
     ids = ids_of(HELD_OUT * 2, model_dir, a.agree_tokens)
     ref = argmax_in_process(model_dir, ids, "fp32", a.threads)
     rows["augserve"]["greedy_agreement_vs_fp32"] = agreement(
         argmax_in_process(model_dir, ids, None, a.threads), ref
     )
     if llama:
-        with Server(llama_cmd(llama, path, a.port + 1, a.threads), a.port + 1, Path(a.log)) as s:
-            rows["llama.cpp"]["greedy_agreement_vs_fp32"] = agreement(argmax_llama(s.url, ids), ref)
-    bpt = decode_bytes_per_token(path)
+        try:
+            with Server(
+                llama_cmd(llama, path, a.port + 1, a.threads), a.port + 1, Path(a.log)
+            ) as s:
+                rows["llama.cpp"]["greedy_agreement_vs_fp32"] = agreement(
+                    argmax_llama(s.url, ids), ref
+                )
+        except (httpx.HTTPError, RuntimeError) as exc:
+            rows["llama.cpp"].setdefault("failed_rounds", []).append(f"agreement: {exc!r}")
+    bpt, kv = decode_bytes_per_token(path), kv_bytes(path)
     for row in rows.values():
         row["decode_bytes_per_token"] = bpt
         row["file_bytes"] = path.stat().st_size
+        row["kv_bytes_8192_tokens"] = kv
+        if "rss_after_load_bytes" in row:
+            row["rss_over_file_plus_kv"] = row["rss_after_load_bytes"] / (row["file_bytes"] + kv)
     return list(rows.values())
 
 
@@ -284,6 +333,9 @@ def main() -> None:
     p.add_argument("--work", default="/tmp/augserve-vs-llamacpp")
     p.add_argument("--log", default="/tmp/augserve-vs-llamacpp/servers.log")
     p.add_argument("--out", default="docs/data/vs-llamacpp.json")
+    p.add_argument(
+        "--note", default="", help="recorded with the data (e.g. how busy the machine was)"
+    )
     a = p.parse_args()
     Path(a.work).mkdir(parents=True, exist_ok=True)
     from augserve.engine.smollm2 import ensure_smollm2_gguf
@@ -291,14 +343,22 @@ def main() -> None:
     llama = find_llama_server(a.llama_server)
     print("llama-server:", llama or "not found (augserve only)", flush=True)
     files = [ensure_smollm2_gguf()] + ([big_gguf(Path(a.work))] if a.big else [])
-    load0 = os.getloadavg()
+    load0, t_start = os.getloadavg(), time.perf_counter()
     bw = read_bandwidth_gbs()
-    rows = []
-    for f in files:
+    rows: list[dict[str, Any]] = []
+    for f in files:  # the file is rewritten after each model: a later failure keeps these
         for row in run_file(f, llama, a):
             row["bandwidth_limit_tok_s"] = bw * 1e9 / row["decode_bytes_per_token"]
             rows.append(row)
             print(row, flush=True)
+        write_result(a, rows, llama, load0, t_start, bw)
+    print("wrote", a.out)
+
+
+def write_result(
+    a: argparse.Namespace, rows: list[dict[str, Any]], llama: str | None,
+    load0: tuple[float, float, float], t_start: float, bw: float,
+) -> None:  # fmt: skip
     from augserve.engine.quant_select import cpu_flags
 
     write_json(
@@ -308,9 +368,8 @@ def main() -> None:
         threads=a.threads, llama_server=llama,
         cpu_flags=" ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni",
                                        "amx_tile") if f in cpu_flags()),
-        note="machine shared by other jobs: compare the ratios, not the absolute numbers",
+        wall_s=time.perf_counter() - t_start, note=a.note,
     )  # fmt: skip
-    print("wrote", a.out)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from augserve.engine.attention_cpu import DecodePlan, decode_cpu, decode_plan
+
 try:  # optional fused paged-attention kernel (CUDA only)
     from flash_attn import flash_attn_with_kvcache as _flash_kvcache  # type: ignore[import-not-found]
 except Exception:  # noqa: BLE001 - any import failure means "not available"
@@ -58,6 +60,7 @@ class AttentionMetadata:
     prefills: list[PrefillChunkMeta]
     block_size: int
     compiled: bool = False  # decodes through the compiled paged kernel
+    cpu_plan: DecodePlan | None = None  # eager CPU decodes: set by the step's first layer
 
 
 def build_metadata(
@@ -198,7 +201,9 @@ def decode_backend(
         return "flash-attn"
     if _use_gather_sdpa(device, dtype):
         return "gather-sdpa"
-    return "paged-compiled" if compiled else "reference"
+    if compiled:
+        return "paged-compiled"
+    return "cpu-bmm" if device.type == "cpu" else "reference"
 
 
 def _decode(
@@ -219,8 +224,13 @@ def _decode(
         return decode_reference(q, k_cache, v_cache, tables, lens, scale)
     if torch.compiler.is_compiling():  # traced into a larger compiled graph
         return decode_paged(q, k_cache, v_cache, tables, lens, scale)
-    fn = compiled_decode() if meta.compiled else decode_reference
-    return fn(q, k_cache, v_cache, tables, lens, scale)
+    if meta.compiled:
+        return compiled_decode()(q, k_cache, v_cache, tables, lens, scale)
+    if q.device.type == "cpu":  # attention_cpu.py: batched matmuls, planned once a step
+        if meta.cpu_plan is None:
+            meta.cpu_plan = decode_plan(tables, lens, meta.block_size)
+        return decode_cpu(q, k_cache, v_cache, meta.cpu_plan, scale)
+    return decode_reference(q, k_cache, v_cache, tables, lens, scale)
 
 
 # --- prefill -----------------------------------------------------------------------------
@@ -263,9 +273,9 @@ def write_kv(
     slot_mapping: torch.Tensor,
 ) -> None:  # fmt: skip
     """Store the step's new k/v [T, kvH, D] into their cache slots."""
-    kvh, d = k_cache.shape[2], k_cache.shape[3]
-    k_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-    v_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+    kvh, d, dtype = k_cache.shape[2], k_cache.shape[3], k_cache.dtype
+    k_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, k if k.dtype == dtype else k.to(dtype))
+    v_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, v if v.dtype == dtype else v.to(dtype))
 
 
 def paged_attention(
@@ -279,8 +289,8 @@ def paged_attention(
 ) -> torch.Tensor:
     """Write k/v [T, kvH, D] into the cache, attend with q [T, H, D]; returns [T, H, D].
     Run eagerly, it is a `paged_attention` range in torch.profiler traces."""
-    if torch.compiler.is_compiling():  # part of a compiled whole-model graph
-        return _attend(q, k, v, k_cache, v_cache, meta, scale)
+    if torch.compiler.is_compiling() or not torch.autograd.profiler._is_profiler_enabled:
+        return _attend(q, k, v, k_cache, v_cache, meta, scale)  # (no range to record)
     with torch.profiler.record_function("paged_attention"):
         return _attend(q, k, v, k_cache, v_cache, meta, scale)
 

@@ -4,7 +4,9 @@ requantized (docs/models.md, "GGUF weights kept quantized").
 - Q4_0 (w = (q - 8) d), Q4_1 (w = q d + m) and Q4_K (w = q d sc - dmin m per 32) are
   int4 with groups of 32: exact (scale and zero computed in float32 from the file's
   fp16 fields; rounded to the activations' dtype, bf16 by default, when packed).
-- Q5_0, Q5_1, Q5_K, Q6_K and Q8_0 have no int4 form and torch's int8 kernel scales per
+- Q8_0 (w = q d, q int8) is int8 with groups of 32: exact (run as two int4 planes,
+  `quant.int8_planes`; the scales rounded to the activations' dtype as above).
+- Q5_0, Q5_1, Q5_K and Q6_K have no such form here and torch's int8 kernel scales per
   output channel only: they are dequantized and requantized to int8 per channel.
 - F32, F16, BF16 stay dense.
 """
@@ -14,14 +16,23 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from augserve.engine.gguf_types import (
+    BF16,
+    BLOCK_BYTES,
+    BLOCK_ELEMS,
+    F16,
+    F32,
+    GROUP,
+    Q4_0,
+    Q4_1,
+    Q4_K,
+    Q8_0,
+)
 from augserve.engine.quant import QTensor, quantize_int8
 
-F32, F16, Q4_0, Q4_1, Q8_0, Q4_K, BF16 = 0, 1, 2, 3, 8, 12, 30
 DENSE_TYPES = (F32, F16, BF16)
 EXACT_INT4 = (Q4_0, Q4_1, Q4_K)
-BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q4_K: 144}
-BLOCK_ELEMS = {Q4_0: 32, Q4_1: 32, Q4_K: 256}
-GROUP = 32
+EXACT_INT8 = (Q8_0,)
 
 
 def _f16(b: np.ndarray) -> np.ndarray:
@@ -75,11 +86,24 @@ def int4_from_gguf(raw: np.ndarray, qtype: int, shape: tuple[int, int]) -> QTens
     )
 
 
+def int8_from_gguf(raw: np.ndarray, shape: tuple[int, int]) -> QTensor:
+    """A Q8_0 tensor [N, K] as int8 group 32, exactly."""
+    n, k = shape
+    blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, BLOCK_BYTES[Q8_0])
+    if blocks.shape[0] * GROUP != n * k:
+        raise ValueError(f"GGUF tensor of {blocks.shape[0]} blocks is not of shape {shape}")
+    q = np.ascontiguousarray(blocks[:, 2:]).view(np.int8).reshape(n, k)
+    d = _f16(blocks[:, :2]).reshape(n, k // GROUP)
+    return QTensor(torch.from_numpy(q.copy()), torch.from_numpy(d), None, GROUP, 8)
+
+
 def qtensor_from_gguf(raw: np.ndarray, qtype: int, shape: tuple[int, int]) -> QTensor:
     """Any GGUF tensor [N, K] the `gguf` package dequantizes, in its nearest QTensor form
     (the module doc says which are exact)."""
     if qtype in EXACT_INT4:
         return int4_from_gguf(raw, qtype, shape)
+    if qtype in EXACT_INT8:
+        return int8_from_gguf(raw, shape)
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
@@ -94,6 +118,8 @@ def form_of(qtype: int) -> str:
     """How a GGUF type is held (for docs and logs)."""
     if qtype in EXACT_INT4:
         return "int4 group 32 (exact)"
+    if qtype in EXACT_INT8:
+        return "int8 group 32 as two int4 planes (exact)"
     if qtype in DENSE_TYPES:
         return "dense (exact)"
     return "int8 per channel (requantized)"

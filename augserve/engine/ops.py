@@ -16,11 +16,14 @@ import torch.fx.experimental._config as fx_config
 import torch.nn.functional as F
 from torch import nn
 
+_MARKS = [False]  # mark_dynamic does something: set once a graph is compiled in-process
+
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Llama RMSNorm computed in fp32 like Hugging Face's: weight * normalize(x)."""
-    xf = x.float()
-    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    """Llama RMSNorm computed in fp32 like Hugging Face's: weight * normalize(x), the
+    normalization in fp32 (torch's fused kernel: one op for HF's five), rounded to x's
+    dtype before the weight multiplies it."""
+    normed = F.rms_norm(x.float(), (x.shape[-1],), None, eps)
     return weight * normed.to(x.dtype)
 
 
@@ -47,6 +50,21 @@ def rotate(
     if rot_dim == x.shape[-1]:
         return rot
     return torch.cat((rot, x[..., rot_dim:]), dim=-1)
+
+
+def neox_cos_sin(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[T, D / 2] cos / sin -> [T, 1, D] tables for `rope_neox`: cos twice, then -sin
+    and sin (the sign of rotate_half folded in). Once per step, for every layer."""
+    return torch.cat((cos, cos), -1).unsqueeze(1), torch.cat((-sin, sin), -1).unsqueeze(1)
+
+
+def rope_neox(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Neox / Llama rotary over the full head dim, as Hugging Face computes it (x * cos +
+    rotate_half(x) * sin, bit for bit in x's dtype) in three ops. x [T, n, D] (q and k
+    heads together); cos / sin from `neox_cos_sin`."""
+    t, n, d = x.shape
+    swapped = x.view(t, n, 2, d // 2).flip(2).view(t, n, d)  # halves swapped
+    return x * cos + swapped * sin
 
 
 def compile_wanted(setting: bool | None, num_params: int, device: torch.device) -> bool:
@@ -96,13 +114,15 @@ def dynamic_shape_settings() -> None:
     torch's symbolic shapes, made when a runner compiles."""
     fx_config.backed_size_oblivious = True
     fx_config.use_duck_shape = False
+    _MARKS[0] = True
 
 
 def mark_dynamic(*tensors: torch.Tensor | None, dims: tuple[int, ...] = (0,)) -> None:
     """Declare the batch-dependent dims of a compiled graph's inputs dynamic before a
     call; every other dim (hidden size, heads, head dim, block size) stays static, so
-    inductor's loops over them are fixed-size (twice as fast as all-dynamic kernels)."""
-    if torch.compiler.is_compiling():
+    inductor's loops over them are fixed-size (twice as fast as all-dynamic kernels).
+    Nothing (not even dynamo's bookkeeping) until something compiles in this process."""
+    if not _MARKS[0] or torch.compiler.is_compiling():
         return
     for t in tensors:
         if t is not None:

@@ -5,15 +5,20 @@ A `QTensor` is a weight [N, K] in one of three forms:
 - int4, group g along K: w[n, k] = (q[n, k] - 8) * scale[n, k // g] + zero[n, k // g],
   q in 0..15 (torch's int4 weight-only form; GGUF's Q4_0, Q4_1 and Q4_K are exactly
   this with g = 32, see `gguf_quant.py`);
-- int8 per output channel: w[n, k] = q[n, k] * scale[n, 0], q in -127..127;
+- int8, group g along K: w[n, k] = q[n, k] * scale[n, k // g] (+ zero[n, k // g] if
+  given), q in -128..127; g = K is one scale per output channel (`quantize_int8`), g = 32
+  GGUF's Q8_0 exactly;
 - dense: `q` is the float32 weight itself (GGUF's F32 / F16 / BF16 tensors).
 
 `QuantLinear` holds one in the layout of torch's CPU kernels (measured against bf16 and
 fp32 linear layers in `benchmarks/bench_quant_kernels.py`, docs/models.md):
 `_weight_int4pack_mm_for_cpu` on `_convert_weight_to_int4pack_for_cpu`'s packing, and
-`_weight_int8pack_mm`. Activations run in the model's dtype (bf16 by default for GGUF).
-`QuantEmbedding` keeps a GGUF embedding table as the file's own bytes and dequantizes
-only the rows a step looks up (exact: the `gguf` package's dequantization).
+`_weight_int8pack_mm` (one scale per channel only). An int8 weight in groups of 32 runs
+as two int4 planes stacked along N, exactly (`int8_planes`): torch's int4 kernel reads
+the same bytes faster than its int8 kernel, and has the groups the int8 one lacks.
+Activations run in the model's dtype (bf16 by default for GGUF).
+`QuantEmbedding` (quant_embed.py) keeps a GGUF embedding table as the file's own bytes
+and dequantizes only the rows a step looks up.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from augserve.engine.quant_embed import QuantEmbedding
+from augserve.engine.quant_prefill import dequantize_packed, use_dequantized
+
 INT4_OFFSET = 8
 
 
@@ -36,7 +44,7 @@ class QTensor:
 
     q: torch.Tensor  # uint8 [N, K] (int4 values), int8 [N, K], or float32 [N, K] (dense)
     scale: torch.Tensor | None  # float32 [N, K // group]
-    zero: torch.Tensor | None  # float32 [N, K // group] (int4 only)
+    zero: torch.Tensor | None  # float32 [N, K // group] (int4; optional for int8)
     group: int
     bits: int
 
@@ -58,11 +66,11 @@ class QTensor:
             return self.q.float()
         assert self.scale is not None
         scale = self.scale.repeat_interleave(self.group, dim=1)
-        if self.bits == 8:
-            return self.q.float() * scale
-        assert self.zero is not None
-        zero = self.zero.repeat_interleave(self.group, dim=1)
-        return (self.q.float() - INT4_OFFSET) * scale + zero
+        offset = INT4_OFFSET if self.bits == 4 else 0
+        w = (self.q.float() - offset) * scale
+        if self.zero is None:
+            return w
+        return w + self.zero.repeat_interleave(self.group, dim=1)
 
     def rows(self, index: np.ndarray) -> QTensor:
         """The rows `index` (a permutation of output channels), in that order."""
@@ -82,13 +90,38 @@ def quantize_int8(w: torch.Tensor) -> QTensor:
     return QTensor(q, scale, None, int(w.shape[1]), 8)
 
 
+def int8_of_int4(qt: QTensor) -> QTensor:
+    """An int4 weight in the int8 form of the same groups, exactly."""
+    q = (qt.q.to(torch.int16) - INT4_OFFSET).to(torch.int8)
+    return QTensor(q, qt.scale, qt.zero, qt.group, 8)
+
+
+def int8_planes(qt: QTensor) -> tuple[QTensor, QTensor]:
+    """An int8 weight in groups as two int4 weights of the same groups whose sum it is,
+    exactly: with u = q + 128 = 16 hi + lo (hi, lo in 0..15),
+    q s + z = 16 s (hi - 8) + s (lo - 8) + (8 s + z)."""
+    assert qt.bits == 8 and qt.scale is not None
+    u = qt.q.to(torch.int16) + 128
+    s, z = qt.scale, qt.zero if qt.zero is not None else torch.zeros_like(qt.scale)
+    hi = QTensor((u >> 4).to(torch.uint8), 16 * s, torch.zeros_like(s), qt.group, 4)
+    lo = QTensor((u & 15).to(torch.uint8), s, 8 * s + z, qt.group, 4)
+    return hi, lo
+
+
 def cat_rows(parts: Sequence[QTensor]) -> QTensor:
-    """Stack weights along N (fused QKV, gate+up). Parts in one form stay in it; mixed
-    forms meet in the widest (dense, else int8 per channel, requantized)."""
+    """Stack weights along N (fused QKV, gate+up). Parts in one form stay in it; int4 and
+    int8 in the same groups meet in int8 of those groups (exact); other mixes in the
+    widest form (dense, else int8 per channel, requantized)."""
     first = parts[0]
     if len(parts) == 1:
         return first
     same = all((p.bits, p.group) == (first.bits, first.group) for p in parts)
+    if not same and all(p.bits in (4, 8) and p.group == first.group for p in parts):
+        parts = [int8_of_int4(p) if p.bits == 4 else p for p in parts]
+        zeros = [p.zero is not None for p in parts]
+        if any(zeros) and not all(zeros):
+            parts = [p if p.zero is not None else _with_zero(p) for p in parts]
+        first, same = parts[0], True
     if not same:
         bits = max(p.bits for p in parts)
         dense = torch.cat([p.dequantize() for p in parts])
@@ -106,6 +139,11 @@ def cat_rows(parts: Sequence[QTensor]) -> QTensor:
     )
 
 
+def _with_zero(qt: QTensor) -> QTensor:
+    assert qt.scale is not None
+    return replace(qt, zero=torch.zeros_like(qt.scale))
+
+
 def int4_packable(n: int, k: int, group: int) -> bool:
     """Whether torch's CPU int4 kernel takes this shape (K even, whole groups)."""
     return k % 2 == 0 and group in (32, 64, 128, 256) and k % group == 0
@@ -120,9 +158,10 @@ class QuantLinear(nn.Module):
     ) -> None:
         super().__init__()
         self.in_features, self.out_features, self.act_dtype = in_features, out_features, act_dtype
-        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+        self.bias = nn.Parameter(torch.empty(out_features, dtype=act_dtype)) if bias else None
         self.bits = 0  # 0 until set_weight
         self.group = 0
+        self.planes = 1  # 2: int8 in groups as two int4 planes stacked along N
         self.packed: torch.Tensor | None  # int4: packed; int8: q; dense: the weight
         self.scales: torch.Tensor | None  # int4: [K/g, N, 2]; int8: [N]
         self.register_buffer("packed", None, persistent=False)
@@ -135,8 +174,13 @@ class QuantLinear(nn.Module):
             raise ValueError(
                 f"weight shape {qt.shape} != ({self.out_features}, {self.in_features})"
             )
-        if qt.bits == 4 and not int4_packable(*qt.shape, qt.group):
-            qt = quantize_int8(qt.dequantize())
+        n, k = qt.shape
+        grouped8 = qt.bits == 8 and qt.group < k  # runs as two int4 planes
+        if (qt.bits == 4 or grouped8) and not int4_packable(n, k, qt.group):
+            qt = quantize_int8(qt.dequantize())  # per channel
+        self.planes = 1
+        if qt.bits == 8 and qt.group < k:
+            qt, self.planes = cat_rows(int8_planes(qt)), 2
         self.bits, self.group = qt.bits, qt.group
         if qt.bits == 4:
             assert qt.scale is not None and qt.zero is not None
@@ -146,7 +190,7 @@ class QuantLinear(nn.Module):
             sz = torch.stack([qt.scale.t(), qt.zero.t()], dim=-1)
             self.scales = sz.to(act_dtype).contiguous()
         elif qt.bits == 8:
-            assert qt.scale is not None
+            assert qt.scale is not None and qt.zero is None
             self.packed = qt.q.contiguous()
             self.scales = qt.scale.reshape(-1).to(act_dtype).contiguous()
         else:
@@ -159,71 +203,42 @@ class QuantLinear(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
+        if x.dim() != 2:
+            y2 = self._matmul(x.reshape(-1, x.shape[-1]))
+            return y2.reshape(*x.shape[:-1], self.out_features)
+        return self._matmul(x)
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """x [M, K] -> [M, N] in x's dtype; no op is dispatched that would do nothing (a
+        decode step runs 4 of these a layer: each op is microseconds of overhead)."""
+        packed, scales = self.packed, self.scales
+        if packed is None:
             raise RuntimeError("QuantLinear used before set_weight")
-        shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
-        if self.bits == 4:
-            assert self.scales is not None
-            x2 = x2.to(self.scales.dtype)
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, self.group, self.scales)
+        act = packed.dtype if scales is None else scales.dtype
+        xa = x if x.dtype == act else x.to(act)
+        y: torch.Tensor
+        if self.bits == 4 and use_dequantized(x.shape[0], packed.shape[0]):
+            assert scales is not None  # prefill-sized: quant_prefill.py
+            y = F.linear(xa, dequantize_packed(packed, scales, self.group))
+        elif self.bits == 4:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(xa, packed, self.group, scales)
         elif self.bits == 8:
-            assert self.scales is not None
-            y = torch.ops.aten._weight_int8pack_mm(
-                x2.to(self.scales.dtype), self.packed, self.scales
-            )
+            y = torch.ops.aten._weight_int8pack_mm(xa, packed, scales)
         else:
-            y = F.linear(x2.to(self.packed.dtype), self.packed)
-        y = y.to(x.dtype)
+            y = F.linear(xa, packed)
+        if self.planes == 2:
+            n = self.out_features
+            y = y[:, :n] + y[:, n:]
         if self.bias is not None:
-            y = y + self.bias
-        out: torch.Tensor = y.reshape(*shape[:-1], self.out_features)
-        return out
+            y.add_(self.bias)
+        return y if y.dtype == x.dtype else y.to(x.dtype)
 
     def extra_repr(self) -> str:
         form = {4: f"int4 group {self.group}", 8: "int8 per channel", 16: "dense"}
-        return f"in={self.in_features}, out={self.out_features}, {form.get(self.bits, 'empty')}"
-
-
-@torch.library.custom_op("augserve::gguf_rows", mutates_args=())
-def gguf_rows(raw: torch.Tensor, ids: torch.Tensor, qtype: int, dim: int) -> torch.Tensor:
-    """Rows `ids` of a GGUF tensor kept as its bytes `raw` [V, row_bytes], float32 [T, dim]."""
-    from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize
-
-    picked = raw[ids.reshape(-1).cpu()].numpy()
-    rows = dequantize(picked, GGMLQuantizationType(qtype)).reshape(-1, dim)
-    return torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)).to(raw.device)
-
-
-@gguf_rows.register_fake
-def _(raw: torch.Tensor, ids: torch.Tensor, qtype: int, dim: int) -> torch.Tensor:
-    return raw.new_empty((ids.numel(), dim), dtype=torch.float32)
-
-
-class QuantEmbedding(nn.Module):
-    """An embedding table kept as a GGUF tensor's bytes; looks rows up exactly."""
-
-    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.num_embeddings, self.embedding_dim, self.dtype = num_embeddings, embedding_dim, dtype
-        self.raw: torch.Tensor | None  # uint8 [V, row_bytes]
-        self.register_buffer("raw", None, persistent=False)
-        self.qtype = -1
-
-    def set_raw(self, raw: np.ndarray, qtype: int) -> None:
-        rows = raw.reshape(self.num_embeddings, -1)
-        self.raw, self.qtype = torch.from_numpy(np.array(rows, dtype=np.uint8)), int(qtype)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        if self.raw is None:
-            raise RuntimeError("QuantEmbedding used before set_raw")
-        rows = gguf_rows(self.raw, ids, self.qtype, self.embedding_dim)
-        out: torch.Tensor = rows.to(self.dtype).reshape(*ids.shape, self.embedding_dim)
-        return out
-
-    def weight_bytes(self) -> int:
-        return 0 if self.raw is None else self.raw.numel()
+        kind = form.get(self.bits, "empty")
+        if self.planes == 2:
+            kind = f"int8 group {self.group} as two int4 planes"
+        return f"in={self.in_features}, out={self.out_features}, {kind}"
 
 
 def quant_modules(model: nn.Module) -> list[Any]:

@@ -109,7 +109,33 @@ def test_decode_backend_choice() -> None:
 
     cuda = torch.device("cuda")
     assert decode_backend(CPU, torch.float32, 16, True) == "paged-compiled"
-    assert decode_backend(CPU, torch.bfloat16, 16, False) == "reference"
+    assert decode_backend(CPU, torch.bfloat16, 16, False) == "cpu-bmm"
     assert decode_backend(cuda, torch.float32, 16, True) == "paged-compiled"
     for half in (torch.bfloat16, torch.float16):
         assert decode_backend(cuda, half, 16, True) in ("gather-sdpa", "flash-attn")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_decode_equals_reference_for_one_and_many_sequences(dtype: torch.dtype) -> None:
+    """attention_cpu.decode_cpu (what CPU decode steps run eagerly): one sequence gathers
+    exactly its blocks (no mask), several a padded table with a mask; both equal the
+    gather-then-SDPA reference, GQA included; the plan is made once per step."""
+    from augserve.engine.attention_cpu import decode_cpu, decode_plan
+
+    for i, (b, nb) in enumerate([(1, 5), (1, 1), (4, 3)]):
+        q, k_cache, v_cache, tables, lens = (t for t in _decode_inputs(b, nb, seed=10 + i))
+        q, k_cache, v_cache = q.to(dtype), k_cache.to(dtype), v_cache.to(dtype)
+        plan = decode_plan(tables, lens, BS)
+        assert (plan.bias is None) == (b == 1)
+        if b == 1:
+            assert plan.width == int(lens[0]) and len(plan.block_ids) == -(-int(lens[0]) // BS)
+        ref = decode_reference(q.float(), k_cache.float(), v_cache.float(), tables, lens, 0.3)
+        got = decode_cpu(q, k_cache, v_cache, plan, 0.3)
+        assert got.dtype == dtype
+        tol = 1e-5 if dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(got.float(), ref, atol=tol, rtol=tol)
+    meta = build_metadata([(9, [3, 7, 1])], [], BS, CPU)
+    k_cache, v_cache = torch.randn(2, 32, BS, 2, D)
+    q, k, v = torch.randn(1, 4, D), torch.randn(1, 2, D), torch.randn(1, 2, D)
+    paged_attention(q, k, v, k_cache, v_cache, meta, 0.3)
+    assert meta.cpu_plan is not None and meta.cpu_plan.width == 10

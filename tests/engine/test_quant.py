@@ -14,11 +14,12 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from augserve.engine.gguf_loader import GGUFWeights
-from augserve.engine.gguf_quant import EXACT_INT4, qtensor_from_gguf
+from augserve.engine.gguf_quant import EXACT_INT4, EXACT_INT8, qtensor_from_gguf
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.make_model import make_model
 from augserve.engine.model_runner import ModelRunner, RunnerConfig
-from augserve.engine.quant import QuantEmbedding, QuantLinear, quantize_int8
+from augserve.engine.quant import QTensor, QuantLinear, cat_rows, int8_planes, quantize_int8
+from augserve.engine.quant_embed import QuantEmbedding
 from augserve.engine.resolve import resolve_model
 from tests.engine.gguf_helpers import write_gguf
 from tests.engine.helpers import run_greedy
@@ -70,8 +71,8 @@ def test_quant_linear_matches_dequantize_then_matmul(qtype: Q) -> None:
     qt = qtensor_from_gguf(raw, int(qtype), (N, K))
     got = _linear(raw, qtype, torch.float32)(x)
     err = (got - want).abs().max().item() / want.abs().max().item()
-    if int(qtype) in EXACT_INT4:
-        assert qt.bits == 4 and qt.group == 32
+    if int(qtype) in EXACT_INT4 + EXACT_INT8:
+        assert (qt.bits, qt.group) == (4 if int(qtype) in EXACT_INT4 else 8, 32)
         assert torch.allclose(qt.dequantize(), w, rtol=1e-6, atol=1e-7)  # exact but rounding
         assert err < 1e-5, err
     else:  # requantized to int8 per channel: within half a step of each row's scale
@@ -90,7 +91,31 @@ def test_int8_requantization_error_is_half_a_step() -> None:
     assert bool(((qt.dequantize() - w).abs() <= step / 2 * (1 + 1e-5)).all())
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0], ids=lambda q: q.name)
+def test_int8_in_groups_is_two_int4_planes_exactly() -> None:
+    """q s + z == the sum of the planes, for every int8 value (-128..127) and a zero;
+    the linear layer on it (2 planes stacked) equals dequantize-then-matmul; int4 and
+    int8 parts of one fused projection meet in int8 groups, exactly."""
+    g = torch.Generator().manual_seed(4)
+    q = torch.arange(-128, 128, dtype=torch.int16).repeat(N, 2)[:, :K].to(torch.int8)
+    scale, zero = torch.rand(N, K // 32, generator=g) + 0.1, torch.randn(N, K // 32, generator=g)
+    qt = QTensor(q, scale, zero, 32, 8)
+    hi, lo = int8_planes(qt)
+    assert (hi.bits, lo.bits) == (4, 4) and int(hi.q.max()) <= 15 and int(lo.q.max()) <= 15
+    torch.testing.assert_close(hi.dequantize() + lo.dequantize(), qt.dequantize())
+    layer = QuantLinear(K, N, False, torch.float32)
+    layer.set_weight(QTensor(q, scale, None, 32, 8))
+    assert layer.planes == 2 and layer.bits == 4
+    x = torch.randn(3, K, generator=g)
+    want = x @ QTensor(q, scale, None, 32, 8).dequantize().T
+    assert ((layer(x) - want).abs().max() / want.abs().max()).item() < 1e-6  # fp32 rounding
+    int4 = qtensor_from_gguf(_raw(Q.Q4_1), int(Q.Q4_1), (N, K))
+    mixed = cat_rows([int4, QTensor(q, scale, None, 32, 8)])
+    assert (mixed.bits, mixed.group) == (8, 32)
+    want_w = torch.cat([int4.dequantize(), QTensor(q, scale, None, 32, 8).dequantize()])
+    torch.testing.assert_close(mixed.dequantize(), want_w)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0], ids=lambda q: q.name)
 def test_quant_embedding_rows_are_the_files_rows(qtype: Q) -> None:
     raw = _raw(qtype, seed=2)
     emb = QuantEmbedding(N, K, torch.float32)
@@ -120,27 +145,30 @@ def test_gguf_model_quantized_generates_as_dequantized(
     assert got.quantized and not ref.quantized
     layers = [m for m in got.model.modules() if isinstance(m, QuantLinear)]
     assert len(layers) == 2 * 4 + 1  # qkv, o, gate_up, down in each of 2 layers; LM head
-    assert {m.bits for m in layers} == {4 if qtype in (Q.Q4_0, Q.Q4_1) else 8}
+    assert {m.bits for m in layers} == {4}  # Q8_0: int8 groups as two int4 planes
+    assert {m.planes for m in layers} == {1 if qtype in (Q.Q4_0, Q.Q4_1) else 2}
     prompts = [[5, 17, 42, 99, 7], [300, 301], list(range(40, 70))]
     assert run_greedy(got, prompts, 12) == run_greedy(ref, prompts, 12)
 
 
-def test_auto_dtype_quantizes_gguf_on_request_but_not_hf_dirs(
+def test_auto_dtype_quantizes_gguf_but_not_hf_dirs(
     llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("AUGSERVE_QUANT", raising=False)
-    kv0 = KVCacheConfig(block_size=8, num_device_blocks=16)
-    model0 = resolve_model(write_gguf(llama_dir, tmp_path / "m0.gguf", qtype=Q.Q4_0))
-    assert not ModelRunner(RunnerConfig(model0, None, "cpu", kv0, compile=False)).quantized
-    monkeypatch.setenv("AUGSERVE_QUANT", "1")  # opt-in until measured (quant_select.py)
+    monkeypatch.setattr("augserve.engine.quant_select.cpu_has_bf16", lambda: True)
     model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0))
     kv = KVCacheConfig(block_size=8, num_device_blocks=16)
     auto = ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False))
     assert auto.quantized and auto.dtype == torch.bfloat16
     assert not ModelRunner(RunnerConfig(model, "bf16", "cpu", kv, compile=False)).quantized
     assert not ModelRunner(RunnerConfig(str(llama_dir), None, "cpu", kv, compile=False)).quantized
+    monkeypatch.setenv("AUGSERVE_QUANT", "1")
+    assert ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
     monkeypatch.setenv("AUGSERVE_QUANT", "0")
+    assert not ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
+    monkeypatch.delenv("AUGSERVE_QUANT")
+    monkeypatch.setattr("augserve.engine.quant_select.cpu_has_bf16", lambda: False)
     assert not ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
     with pytest.raises(ValueError, match="quantize"):
         RunnerConfig(str(llama_dir), None, "cpu", kv, quantize=True) and ModelRunner(
@@ -158,3 +186,59 @@ def test_get_quant_undoes_the_qk_permutation(
         "model.layers.1.self_attn.k_proj.weight",
     ):
         assert torch.allclose(src.get_quant(name).dequantize(), src.get(name), atol=1e-6)
+
+
+def test_quantized_decode_step_dispatches_few_ops(llama_dir: Path, tmp_path: Path) -> None:
+    """A batch-1 decode step's ops, counted at torch's dispatcher (what costs
+    microseconds each at decode sizes, docs/engine-quant.md): per layer at most 52
+    (the quantized SmolLM2 path dispatched 90 a layer before: no-op casts, reshapes,
+    advanced-index gathers, a mask and SDPA for one query, rotary of q and k apart)."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from augserve.engine.model_runner import SeqChunk
+    from augserve.engine.sampling_params import SamplingParams
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: Counter[str] = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.ops[str(func.overloadpacket)] += 1
+            return func(*args, **(kwargs or {}))
+
+    model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0))
+    r = _runner(model, "bf16", True)
+    greedy = SamplingParams(temperature=0.0)
+    r.execute([SeqChunk("a", list(range(10, 30)), 0, [0, 1, 2, 3], True, greedy)])
+    with Count() as c:
+        r.execute([SeqChunk("a", [5], 20, [0, 1, 2, 3], True, greedy)])
+    layers = r.model.num_layers
+    assert c.ops["aten._weight_int4pack_mm_for_cpu"] == 4 * layers + 1  # + the LM head
+    assert c.ops["aten.index_select"] == 2 * layers + 4  # K, V; embedding, cos, sin, sampled row
+    assert c.ops["aten.scaled_dot_product_attention"] == 0 and c.ops["aten.index"] == 0
+    assert sum(c.ops.values()) <= 52 * layers + 60, c.ops  # + embedding, sampling, rotary
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
+def test_prefill_sized_products_run_on_the_dequantized_weight(qtype: Q) -> None:
+    """From DEQUANT_ROWS rows on, the packed int4 weight is rebuilt (torch's packing read
+    right: a probe) and multiplied densely; the result is the dequantize-then-matmul
+    reference's, as the int4 kernel's is for fewer rows."""
+    from augserve.engine.quant_prefill import DEQUANT_ROWS, layout_ok, use_dequantized
+
+    n, k = 128, 512
+    w = np.random.default_rng(7).standard_normal((n, k)).astype(np.float32) / k**0.5
+    raw = np.asarray(gguf.quants.quantize(w, qtype)).reshape(-1)
+    ref_w = torch.from_numpy(gguf.quants.dequantize(raw, qtype).astype(np.float32).reshape(n, k))
+    layer = QuantLinear(k, n, False, torch.float32)
+    layer.set_weight(qtensor_from_gguf(raw, int(qtype), (n, k)))
+    assert layout_ok() and use_dequantized(DEQUANT_ROWS, layer.packed.shape[0])  # type: ignore[union-attr]
+    assert not use_dequantized(DEQUANT_ROWS - 1, n)
+    x = torch.randn(DEQUANT_ROWS + 3, k, generator=torch.Generator().manual_seed(2))
+    want = x @ ref_w.T
+    big, small = layer(x), torch.cat([layer(x[i : i + 8]) for i in range(0, len(x), 8)])
+    for got in (big, small):
+        assert ((got - want).abs().max() / want.abs().max()).item() < 1e-5

@@ -17,15 +17,16 @@ from augserve.engine.models.layers import (
     act_fn,
     load_param,
     rope_inv_freq,
-    split_qkv,
 )
-from augserve.engine.ops import rms_norm, rotate, silu_and_mul
+from augserve.engine.ops import neox_cos_sin, rms_norm, rope_neox, silu_and_mul
 from augserve.engine.prepack import Linear, linear
-from augserve.engine.quant import QuantEmbedding, QuantLinear, load_embedding, load_linear
+from augserve.engine.quant import QuantLinear, load_embedding, load_linear
+from augserve.engine.quant_embed import QuantEmbedding
 
 
 class LlamaAttnIn(nn.Module):
-    """input norm -> fused QKV projection -> rotary (neox style, full head dim)."""
+    """input norm -> fused QKV projection -> rotary (neox style, full head dim; q and k
+    heads rotated together)."""
 
     def __init__(self, c: dict[str, Any]) -> None:
         super().__init__()
@@ -38,9 +39,12 @@ class LlamaAttnIn(nn.Module):
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         h = rms_norm(x, self.input_layernorm.weight, self.input_layernorm.eps)
-        q, k, v = split_qkv(self.qkv_proj(h), self.heads, self.kv_heads, self.head_dim)
-        d = self.head_dim
-        return rotate(q, cos, sin, d, False), rotate(k, cos, sin, d, False), v
+        nq, nkv = self.heads, self.kv_heads
+        qkv: torch.Tensor = self.qkv_proj(h)
+        per_head = qkv.view(x.shape[0], nq + 2 * nkv, self.head_dim)
+        qk, v = per_head.split([nq + nkv, nkv], dim=1)  # type: ignore[no-untyped-call]
+        q, k = rope_neox(qk, cos, sin).split([nq, nkv], dim=1)  # type: ignore[no-untyped-call]
+        return q, k, v
 
 
 class LlamaAttnOut(nn.Module):
@@ -136,7 +140,7 @@ class LlamaForCausalLM(CausalLM):
         v_caches: list[torch.Tensor],
     ) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
-        cos_sin = self.rotary.cos_sin(positions, x.dtype)
+        cos_sin = neox_cos_sin(*self.rotary.cos_sin(positions, x.dtype))
         for i, layer in enumerate(self.layers):
             x = layer(x, cos_sin, meta, k_caches[i], v_caches[i])
         out: torch.Tensor = self.norm(x)
