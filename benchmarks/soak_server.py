@@ -178,7 +178,7 @@ def mcp_main() -> None:
 
 
 def make_model_dir(root: Path) -> str:
-    from augserve.engine.chat import CHATML_TEMPLATE
+    from augserve.engine.chatml import CHATML_TEMPLATE
     from augserve.engine.make_model import make_model
 
     d = make_model("llama", "tiny", root / "m", seed=3,

@@ -171,8 +171,8 @@ def write_sweep(
     its footnote on stdout, and
     results.json / results.csv (averaged over seeds), points.json (per seed) and
     bench.png in `out`. Data first, plot last."""
+    from augserve.bench.aggregate import aggregate
     from augserve.bench.plots import plot_sweep
-    from augserve.bench.runner import aggregate
 
     rows = aggregate(raw)
     finished, total = progress

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from augserve import __version__
-from augserve.cli.args import one_line
+from augserve.cli.paths import one_line
 
 # module -> it defines `add_parser(subparsers)`; a subparser sets `func(args) -> int`.
 # Modules that are missing (a face not built yet, an extra not installed) are skipped.

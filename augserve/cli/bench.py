@@ -30,8 +30,7 @@ from augserve.bench.runner import (
     default_trace_path,
     expand_points,
 )
-from augserve.cli import EXIT_INTERRUPTED
-from augserve.cli import args as argtypes
+from augserve.cli import EXIT_INTERRUPTED, paths
 from augserve.cli.bench_args import bench_parser
 
 __all__ = ["TABLE", "add_parser", "format_table", "points_from_args", "run"]
@@ -76,12 +75,12 @@ def _check_source(args: argparse.Namespace) -> None:
         try:
             load_trace(args.trace)
         except (ValueError, OSError) as exc:
-            raise ValueError(f"--trace: {argtypes.one_line(exc)}") from None
+            raise ValueError(f"--trace: {paths.one_line(exc)}") from None
     elif args.workload is not None:
         try:
             make_workload(args.workload, 4, args.seed)
         except (ValueError, OSError) as exc:
-            raise ValueError(f"--workload: {argtypes.one_line(exc, ('workload: ',))}") from None
+            raise ValueError(f"--workload: {paths.one_line(exc, ('workload: ',))}") from None
 
 
 # SchedulerConfig fields that have their own flag; any other comes from --set
@@ -142,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     if args.backend == "engine":
         _engine_env(args)
         workers = 1  # real-time runs must not share the CPU with each other
-    out = argtypes.out_dir("--out", args.out)
+    out = paths.out_dir("--out", args.out)
     points = points_from_args(args)
     _check_configs(points)
     _check_source(args)

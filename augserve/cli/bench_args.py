@@ -8,7 +8,7 @@ from typing import Any
 
 from augserve.bench.report import table_legend
 from augserve.bench.runner import BACKENDS
-from augserve.cli import HelpFormatter
+from augserve.cli import HelpFormatter, paths
 from augserve.cli import args as argtypes
 
 DEFAULT_POLICIES = "vllm,infercept,ssjf,mars,augserve"
@@ -38,7 +38,7 @@ def bench_parser(subparsers: Any, description: str | None) -> argparse.ArgumentP
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--trace",
-        type=argtypes.trace_file,
+        type=paths.trace_file,
         metavar="FILE",
         help="trace file (.json INFERCEPT or .jsonl), resampled uniformly with replacement "
         "(default: the shipped INFERCEPT trace, merged_exp_uniform.json)",

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from augserve.cli import HelpFormatter
+from augserve.cli import HelpFormatter, paths
 from augserve.cli import args as argtypes
 
 
@@ -37,7 +37,7 @@ def add_parser(subparsers: Any) -> None:
     t.add_argument(
         "--trace",
         required=True,
-        type=argtypes.trace_file,
+        type=paths.trace_file,
         metavar="FILE",
         help="trace file (.jsonl ours, else INFERCEPT JSON), e.g. "
         "augserve/data/infercept/merged_exp_uniform.json",
@@ -83,7 +83,7 @@ def add_parser(subparsers: Any) -> None:
     e.add_argument(
         "--trace",
         required=True,
-        type=argtypes.trace_file,
+        type=paths.trace_file,
         metavar="FILE",
         help="the trace the models were trained on",
     )
@@ -112,7 +112,7 @@ def _train(args: argparse.Namespace) -> int:
     from augserve.predict.train import train_learned_predictor
     from augserve.workload.registry import load_trace
 
-    argtypes.out_dir("--out", args.out)
+    paths.out_dir("--out", args.out)
     trace: list[Any] = list(_load("--trace", args.trace, load_trace))
     if args.test_frac > 0:
         train, test = split_by_request(trace, args.test_frac, args.seed, by=args.split)
@@ -153,7 +153,7 @@ def _eval(args: argparse.Namespace) -> int:
     from augserve.workload.registry import load_trace
 
     if args.json is not None:
-        argtypes.out_file("--json", args.json)
+        paths.out_file("--json", args.json)
     models = {Path(d).name: _load("--model", d, load_learned_predictor) for d in args.model}
     first = next(iter(models.values())).manifest
     seed, frac = first["training"].get("split_seed"), first["training"].get("test_frac")
@@ -203,7 +203,7 @@ def _load(flag: str, path: str, loader: Any) -> Any:
     try:
         return loader(path)
     except (ValueError, OSError) as exc:
-        raise ValueError(f"{flag}: {argtypes.one_line(exc)}") from None
+        raise ValueError(f"{flag}: {paths.one_line(exc)}") from None
 
 
 def _loadavg() -> str:

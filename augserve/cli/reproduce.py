@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from augserve.cli import EXIT_INTERRUPTED, HelpFormatter
+from augserve.cli import EXIT_INTERRUPTED, HelpFormatter, paths
 from augserve.cli import args as argtypes
 
 
@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
     from augserve.profiles import list_profiles
 
     scale = SCALES["quick" if args.quick else "full"]
-    out = argtypes.out_dir("--out", args.out or f"runs/reproduce{'-quick' if args.quick else ''}")
-    report_dir = argtypes.out_dir("--report-dir", args.report_dir) if args.report_dir else out
+    out = paths.out_dir("--out", args.out or f"runs/reproduce{'-quick' if args.quick else ''}")
+    report_dir = paths.out_dir("--report-dir", args.report_dir) if args.report_dir else out
     ctx = Context(scale, Path(out), Path(report_dir), tuple(list_profiles()))
     every = sections()
     chosen = [s for s in every if args.only is None or s.name in args.only]

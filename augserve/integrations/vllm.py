@@ -36,7 +36,8 @@ from vllm.v1.core.sched.scheduler import Scheduler  # type: ignore[import-not-fo
 from vllm.v1.request import Request, RequestStatus  # type: ignore[import-not-found,unused-ignore]
 
 from augserve.core.request import ContextPolicy, Segment
-from augserve.integrations.bridge import EngineFacts, PolicyBridge
+from augserve.integrations.bridge import PolicyBridge
+from augserve.integrations.engine_facts import EngineFacts
 from augserve.integrations.options import load_options
 from augserve.integrations.plan import hold_of, kind_of, plan_for, session_of
 

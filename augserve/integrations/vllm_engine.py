@@ -35,9 +35,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
-from vllm import SamplingParams as VllmParams  # type: ignore[import-not-found,unused-ignore]
 from vllm.inputs import TokensPrompt  # type: ignore[import-not-found,unused-ignore]
-from vllm.sampling_params import RequestOutputKind  # type: ignore[import-not-found,unused-ignore]
 
 from augserve.core.request import CallRecord, FinishReason, Request, Segment
 from augserve.engine.events import decide, finish
@@ -46,41 +44,11 @@ from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import IncrementalDetokenizer, as_ids
 from augserve.engine.tools import FILLER_TEXT, PendingCall, ToolSession, run_call, scripted_call
 from augserve.integrations.vllm_face import IN_VLLM, RESUBMIT, VllmFace, VllmStats
+from augserve.integrations.vllm_params import unsupported, vllm_params
 from augserve.integrations.vllm_tools import generate_with_tools
 from augserve.sched.output import SchedulerStats, StepEvent
 
 _VLLM_REASONS = {"length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
-
-
-def unsupported(params: SamplingParams) -> str | None:
-    """The first field this adapter cannot map to vLLM, or None (docs/vllm-plugin.md)."""
-    if params.logprobs is not None:
-        return "logprobs"
-    if params.grammar is not None:
-        return "response_format"
-    return None
-
-
-def vllm_params(params: SamplingParams, stop_ids: Sequence[int], max_tokens: int) -> Any:
-    """vLLM's parameters for one turn of `params`: stop strings stay ours (vLLM's streaming
-    input refuses them), our detokenizer reads the ids (vLLM's is off)."""
-    return VllmParams(
-        temperature=params.temperature,
-        top_p=params.top_p,
-        top_k=params.top_k if params.top_k > 0 else 0,
-        min_p=params.min_p,
-        seed=params.seed,
-        max_tokens=max(1, max_tokens),
-        min_tokens=min(params.min_tokens, max(1, max_tokens)),
-        stop_token_ids=sorted(set(params.stop_token_ids) | set(stop_ids)),
-        ignore_eos=params.ignore_eos,
-        logit_bias=dict(params.logit_bias) or None,
-        repetition_penalty=params.repetition_penalty,
-        presence_penalty=params.presence_penalty,
-        frequency_penalty=params.frequency_penalty,
-        detokenize=False,
-        output_kind=RequestOutputKind.DELTA,
-    )
 
 
 class VllmAsyncEngine:

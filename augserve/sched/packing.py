@@ -84,7 +84,7 @@ class Packer:
             else:
                 self.no_kv.append(r)
         self.held.sort(key=itemgetter(0))
-        self.first.sort(key=_protection_order)
+        self.first.sort(key=lambda r: r.protected or 0)  # the order they were protected in
         self._heap: list[Keyed] | None = None
         self.queue = queue
         self._scan: QueueScan | None = None
@@ -296,7 +296,3 @@ class Packer:
                 self.preempted.append(victim)
                 protection.preempted(victim)
         return freed
-
-
-def _protection_order(req: Request) -> int:
-    return req.protected or 0

@@ -24,7 +24,7 @@ import os
 import shutil
 from pathlib import Path
 
-from augserve.engine.chat import CHATML_TEMPLATE
+from augserve.engine.chatml import CHATML_TEMPLATE
 from augserve.engine.gguf_dir import build_once, cache_root
 
 DEFAULT_MODEL_NAME = "augserve-default"

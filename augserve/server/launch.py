@@ -31,7 +31,8 @@ from typing import Any
 import uvicorn
 
 from augserve.core.metrics import SLOConfig
-from augserve.engine.chat import CHATML_TEMPLATE, ChatTemplate
+from augserve.engine.chat import ChatTemplate
+from augserve.engine.chatml import CHATML_TEMPLATE
 from augserve.engine.tool_parsers import PARSER_CHOICES, detect_tool_parser
 from augserve.server import scripted
 from augserve.server.app import create_app, drain

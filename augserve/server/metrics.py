@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from augserve.core.metrics import SLOConfig, request_metrics
 from augserve.core.request import Request
 from augserve.server.predictions import PredictionCollector
-from augserve.server.tool_registry import ToolOutcome
+from augserve.server.registered_tool import ToolOutcome
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

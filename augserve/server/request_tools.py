@@ -27,7 +27,8 @@ from augserve.engine.tool_parsers import make_tool_parser
 from augserve.engine.tools import ParsedCall, ToolSession
 from augserve.server.errors import APIError
 from augserve.server.protocol import ChatCompletionRequest, ToolDef
-from augserve.server.tool_registry import ToolOutcome, ToolRegistry
+from augserve.server.registered_tool import ToolOutcome
+from augserve.server.tool_registry import ToolRegistry
 
 
 class AllNamesExcept(frozenset[str]):

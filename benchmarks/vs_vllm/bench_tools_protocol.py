@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from augserve.bench import capacity as stats
 from augserve.bench import protocol
 from augserve.bench.report import git_commit
 from augserve.core.metrics import SLOConfig
@@ -98,11 +99,11 @@ def cells_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def capacities(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Each engine's SLO capacity, and each other engine's capacity ratio to vLLM's."""
     engines = sorted({c["engine"] for c in cells})
-    caps = {e: protocol.engine_capacity(cells, e) for e in engines}
+    caps = {e: stats.engine_capacity(cells, e) for e in engines}
     out: dict[str, Any] = {"capacity": {e: c.to_dict() for e, c in caps.items()}}
     if BASELINE in caps:
         out["capacity_ratio"] = {
-            e: protocol.capacity_ratio(c, caps[BASELINE]) for e, c in caps.items() if e != BASELINE
+            e: stats.capacity_ratio(c, caps[BASELINE]) for e, c in caps.items() if e != BASELINE
         }
     return out
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from augserve.bench import runner
+from augserve.bench.aggregate import aggregate
 from augserve.bench.pool import run_points
 from augserve.bench.runner import (
     WALL_TIME_COLUMNS,
     BenchPoint,
-    aggregate,
     arrival_cv,
     expand_points,
     get_backend,

@@ -9,36 +9,37 @@ from typing import Any
 
 import pytest
 
+from augserve.bench import capacity as stats
 from augserve.bench import protocol as p
 
 CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks" / "configs"
 
 
 def test_mean_interval_is_the_t_interval() -> None:
-    iv = p.mean_interval([0.8, 0.9, 1.0])  # s = 0.1, t_{0.975,2} = 4.303
+    iv = stats.mean_interval([0.8, 0.9, 1.0])  # s = 0.1, t_{0.975,2} = 4.303
     assert iv.mean == pytest.approx(0.9)
     half = 4.303 * 0.1 / math.sqrt(3)  # 0.24843
     assert (iv.low, iv.high) == pytest.approx((0.9 - half, 0.9 + half))
     assert iv.n == 3
-    one = p.mean_interval([0.5])
+    one = stats.mean_interval([0.5])
     assert one.mean == 0.5 and math.isnan(one.low) and one.to_dict()["low"] is None
-    assert p.t95(4) == 2.776 and p.t95(100) == 1.96
+    assert stats.t95(4) == 2.776 and stats.t95(100) == 1.96
 
 
 def test_crossing_interpolates_the_first_fall_through_the_floor() -> None:
-    assert p.crossing([1, 2, 3], [1.0, 0.95, 0.75]).rate == pytest.approx(2.25)
+    assert stats.crossing([1, 2, 3], [1.0, 0.95, 0.75]).rate == pytest.approx(2.25)
     # back above 90% at 3 does not count: the load is held from the lowest rate on
-    c = p.crossing([1, 2, 3, 4], [0.95, 0.85, 0.95, 0.5])
+    c = stats.crossing([1, 2, 3, 4], [0.95, 0.85, 0.95, 0.5])
     assert c.rate == pytest.approx(1.5) and c.censored == ""
-    assert p.crossing([1, 2], [0.8, 0.5]) == p.Crossing(1, "below")
-    assert p.crossing([1, 2], [1.0, 0.95]) == p.Crossing(2, "above")
+    assert stats.crossing([1, 2], [0.8, 0.5]) == stats.Crossing(1, "below")
+    assert stats.crossing([1, 2], [1.0, 0.95]) == stats.Crossing(2, "above")
     with pytest.raises(ValueError, match="ascending"):
-        p.crossing([2, 1], [1.0, 0.5])
+        stats.crossing([2, 1], [1.0, 0.5])
 
 
 def test_capacity_from_the_mean_curve_with_the_per_repeat_interval() -> None:
     per_repeat = [[1.0, 1.0, 1.0], [0.95, 0.9, 1.0], [0.7, 0.8, 0.6]]
-    cap = p.capacity([1, 2, 3], per_repeat)
+    cap = stats.capacity([1, 2, 3], per_repeat)
     assert cap.rate == pytest.approx(2.2)  # mean curve 1, 0.95, 0.7: 2 + 0.05 / 0.25
     assert cap.per_repeat == pytest.approx((2.2, 2.0, 2.25))  # 0.9 is not below 90%
     half = 4.303 * math.sqrt(0.035 / 2) / math.sqrt(3)  # 0.32865
@@ -48,15 +49,15 @@ def test_capacity_from_the_mean_curve_with_the_per_repeat_interval() -> None:
 
 
 def test_a_censored_repeat_has_no_interval() -> None:
-    cap = p.capacity([1, 2], [[1.0, 1.0, 1.0], [0.5, 0.95, 0.5]])
+    cap = stats.capacity([1, 2], [[1.0, 1.0, 1.0], [0.5, 0.95, 0.5]])
     assert cap.censored == "repeat" and math.isnan(cap.interval.low)
     assert cap.per_repeat == pytest.approx((1.2, 2.0, 1.2))
 
 
 def test_capacity_ratio_pairs_the_repeats() -> None:
-    ours = p.Capacity(4.2, p.mean_interval([4.0, 4.4, 4.2]), (4.0, 4.4, 4.2))
-    base = p.Capacity(2.0, p.mean_interval([2.0, 2.0, 2.0]), (2.0, 2.0, 2.0))
-    r = p.capacity_ratio(ours, base)
+    ours = stats.Capacity(4.2, stats.mean_interval([4.0, 4.4, 4.2]), (4.0, 4.4, 4.2))
+    base = stats.Capacity(2.0, stats.mean_interval([2.0, 2.0, 2.0]), (2.0, 2.0, 2.0))
+    r = stats.capacity_ratio(ours, base)
     assert r["ratio"] == pytest.approx(2.1) and r["per_repeat"] == pytest.approx([2.0, 2.2, 2.1])
     half = 4.303 * 0.1 / math.sqrt(3)
     assert r["interval"]["low"] == pytest.approx(2.1 - half)
@@ -127,5 +128,5 @@ def test_result_file_schema() -> None:
         p.check_result(bad)
     with pytest.raises(ValueError, match="missing field 'memory'"):
         p.check_result({k: v for k, v in payload.items() if k != "memory"})
-    cap = p.engine_capacity([_cell(2, [0.8, 0.8, 0.8]), _cell(1, [1.0, 1.0, 1.0])], "vllm")
+    cap = stats.engine_capacity([_cell(2, [0.8, 0.8, 0.8]), _cell(1, [1.0, 1.0, 1.0])], "vllm")
     assert cap.rate == pytest.approx(1.5)

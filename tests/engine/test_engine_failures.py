@@ -12,8 +12,9 @@ import pytest
 
 from augserve import LLM, SamplingParams
 from augserve.core.request import Segment
-from augserve.engine.async_engine import FAILURES_UNHEALTHY, AsyncLLMEngine, RequestFailed
+from augserve.engine.async_engine import AsyncLLMEngine
 from augserve.engine.make_model import make_model
+from augserve.engine.step_failures import FAILURES_UNHEALTHY, RequestFailed
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=8)
 POISON = 999  # a prompt holding this token id makes the forward raise

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from augserve.engine.chat import CHATML_TEMPLATE, ChatTemplate
+from augserve.engine.chat import ChatTemplate
+from augserve.engine.chatml import CHATML_TEMPLATE
 from augserve.engine.tool_parsers import make_tool_parser
 
 # the template embedded in SmolLM2-135M-Instruct's GGUF file (tokenizer.chat_template)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from augserve.core.request import ContextPolicy, Request, Segment
-from augserve.integrations.bridge import EngineFacts, PolicyBridge
+from augserve.integrations.bridge import PolicyBridge
+from augserve.integrations.engine_facts import EngineFacts
 from augserve.integrations.options import PluginOptions
 from augserve.profiles import load_profile
 from augserve.sched.policies import make_policy

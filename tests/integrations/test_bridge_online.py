@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from augserve.core.request import Segment
-from augserve.integrations.bridge import EngineFacts, PolicyBridge
+from augserve.integrations.bridge import PolicyBridge
+from augserve.integrations.engine_facts import EngineFacts
 from augserve.integrations.options import PluginOptions
 from augserve.predict.online import OnlineConfig
 from augserve.sched.policies import POLICIES

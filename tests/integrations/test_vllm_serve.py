@@ -60,7 +60,7 @@ def tool_model(out: Path) -> Path:
     from tokenizers import AddedToken
     from tokenizers import Tokenizer as HF
 
-    from augserve.engine.chat import CHATML_TEMPLATE
+    from augserve.engine.chatml import CHATML_TEMPLATE
     from augserve.engine.make_model import make_model
 
     big = {"max_position_embeddings": 4096, "tie_word_embeddings": False}

@@ -131,7 +131,7 @@ def write_tools(path: Path, mcp: bool = False, **extra: Any) -> Path:
 
 @pytest.fixture(scope="session")
 def chat_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from augserve.engine.chat import CHATML_TEMPLATE
+    from augserve.engine.chatml import CHATML_TEMPLATE
     from augserve.engine.make_model import make_model
 
     # a longer context than the preset's: tool definitions make long system prompts

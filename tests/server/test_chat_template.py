@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from augserve.engine.chat import CHATML_TEMPLATE, ChatTemplate, TemplateRaisedError
+from augserve.engine.chat import ChatTemplate, TemplateRaisedError
+from augserve.engine.chatml import CHATML_TEMPLATE
 from augserve.engine.make_model import make_model
 from augserve.engine.tool_prompt import generic_tools_messages
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from augserve.engine.chat import CHATML_TEMPLATE, ChatTemplate
+from augserve.engine.chat import ChatTemplate
+from augserve.engine.chatml import CHATML_TEMPLATE
 from augserve.engine.tool_parsers import detect_tool_parser
 from augserve.server import default_model as dm
 

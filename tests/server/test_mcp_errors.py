@@ -14,8 +14,9 @@ import pytest
 from augserve.engine.tools import ParsedCall
 from augserve.server.mcp_stdio import TracebackFolder
 from augserve.server.mcp_tools import ERROR_CHARS
+from augserve.server.registered_tool import ToolOutcome
 from augserve.server.tool_config import ToolsConfig
-from augserve.server.tool_registry import ToolOutcome, ToolRegistry
+from augserve.server.tool_registry import ToolRegistry
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 

@@ -24,8 +24,9 @@ import httpx
 import pytest
 
 from augserve.engine.tools import ParsedCall
+from augserve.server.registered_tool import ToolOutcome
 from augserve.server.tool_config import ToolsConfig
-from augserve.server.tool_registry import ToolOutcome, ToolRegistry
+from augserve.server.tool_registry import ToolRegistry
 
 HERE = Path(__file__).resolve().parent
 

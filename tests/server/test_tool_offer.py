@@ -15,7 +15,8 @@ import httpx
 import pytest
 from conftest import MODEL, LiveServer, call_text
 
-from augserve.engine.chat import CHATML_TEMPLATE, ChatTemplate
+from augserve.engine.chat import ChatTemplate
+from augserve.engine.chatml import CHATML_TEMPLATE
 from augserve.engine.tools import ParsedCall
 from augserve.server.errors import APIError
 from augserve.server.protocol import ChatCompletionRequest

@@ -15,8 +15,9 @@ import pytest
 
 from augserve.engine.tool_parsers import InvalidCall
 from augserve.engine.tools import ParsedCall
+from augserve.server.registered_tool import ToolOutcome
 from augserve.server.tool_config import ToolsConfig
-from augserve.server.tool_registry import ToolOutcome, ToolRegistry
+from augserve.server.tool_registry import ToolRegistry
 
 
 def py_tool(name: str, fn: str, **extra: object) -> dict:

@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from augserve.bench.reproduce.spec import Scale, profiles_for
-from augserve.bench.runner import BenchPoint, Row, aggregate
+from augserve.bench.aggregate import aggregate
+from augserve.bench.reproduce.spec import INFERCEPT, Scale, point, profiles_for
+from augserve.bench.runner import BenchPoint, Row
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,11 @@ class Context:
     def primary(self, setup: str) -> str:
         """The profile a single-profile experiment of `setup` runs on."""
         return profiles_for(setup, self.available_profiles, False)[0]
+
+    def table_point(self, policy: str, rate: float, profile: str, **fields: Any) -> BenchPoint:
+        """A point of a single-setting table: the INFERCEPT trace over `table_window`."""
+        scale = self.scale
+        return point(policy, rate, profile, INFERCEPT, scale.table_window, scale.drain, **fields)
 
     def seeded(self, points: Iterable[BenchPoint]) -> list[BenchPoint]:
         """Every point once per seed of the scale."""

@@ -12,9 +12,7 @@ NAME = "ablation"
 
 def _point(ctx: Context, label: str, rate: float, prof: str) -> BenchPoint:
     policy, over = spec.ABLATION[label]
-    return spec.point(
-        policy, rate, prof, spec.INFERCEPT, ctx.scale.table_window, ctx.scale.drain, overrides=over
-    )
+    return ctx.table_point(policy, rate, prof, overrides=over)
 
 
 def points(ctx: Context) -> list[BenchPoint]:

@@ -12,16 +12,7 @@ NAME = "budget"
 
 def _point(ctx: Context, policy: str, rate: float, prof: str, budget: int) -> BenchPoint:
     over = spec.BUDGET_STATIC if policy == "augserve" else ()
-    return spec.point(
-        policy,
-        rate,
-        prof,
-        spec.INFERCEPT,
-        ctx.scale.table_window,
-        ctx.scale.drain,
-        max_batch_tokens=budget,
-        overrides=over,
-    )
+    return ctx.table_point(policy, rate, prof, max_batch_tokens=budget, overrides=over)
 
 
 def _settings(ctx: Context) -> list[tuple[str, float, str]]:

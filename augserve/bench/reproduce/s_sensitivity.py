@@ -13,22 +13,12 @@ BURST_POLICIES = (*paper.TABLE7_POLICIES, spec.STRONGEST, "mars")
 
 def _beta(ctx: Context, beta: float, rate: float) -> BenchPoint:
     prof = ctx.primary(spec.MAIN_SETUP)
-    return spec.point(
-        "augserve", rate, prof, spec.INFERCEPT, ctx.scale.table_window, ctx.scale.drain, beta=beta
-    )
+    return ctx.table_point("augserve", rate, prof, beta=beta)
 
 
 def _burst(ctx: Context, policy: str, rate: float, cv: float) -> BenchPoint:
     prof = ctx.primary(spec.MAIN_SETUP)
-    return spec.point(
-        policy,
-        rate,
-        prof,
-        spec.INFERCEPT,
-        ctx.scale.table_window,
-        ctx.scale.drain,
-        arrival=f"gamma:{cv:g}",
-    )
+    return ctx.table_point(policy, rate, prof, arrival=f"gamma:{cv:g}")
 
 
 def points(ctx: Context) -> list[BenchPoint]:
