@@ -36,7 +36,8 @@ SHAPES: dict[str, tuple[list[tuple[int, int]], list[int]]] = {
 
 
 def _runner(compiled: bool, dtype: str | None, threads: int) -> Any:
-    from augserve.engine.model_runner import ModelRunner, RunnerConfig
+    from augserve.engine.model_runner import ModelRunner
+    from augserve.engine.runner_config import RunnerConfig
     from augserve.engine.smollm2 import smollm2_model_dir
 
     cfg = RunnerConfig(str(smollm2_model_dir()), dtype, "cpu", num_threads=threads,

@@ -37,7 +37,8 @@ from augserve.engine.grammar import GrammarMasker
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.logits_processors import SampleContext
 from augserve.engine.make_model import make_model
-from augserve.engine.model_runner import ModelRunner, RunnerConfig, SeqChunk
+from augserve.engine.model_runner import ModelRunner, SeqChunk
+from augserve.engine.runner_config import RunnerConfig
 from augserve.engine.sampling_params import GrammarSpec, SamplingParams
 from augserve.engine.tokenizer import Tokenizer
 

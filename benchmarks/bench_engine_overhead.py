@@ -25,7 +25,8 @@ from augserve.core.config import SchedulerConfig
 from augserve.engine.engine import LLMEngine
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.make_model import make_model
-from augserve.engine.model_runner import ModelRunner, RunnerConfig
+from augserve.engine.model_runner import ModelRunner
+from augserve.engine.runner_config import RunnerConfig
 from augserve.engine.sampling_params import SamplingParams
 
 

@@ -28,7 +28,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.make_model import make_model
-from augserve.engine.model_runner import ModelRunner, RunnerConfig, SeqChunk
+from augserve.engine.model_runner import ModelRunner, SeqChunk
+from augserve.engine.runner_config import RunnerConfig
 from augserve.engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)

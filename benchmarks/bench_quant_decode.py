@@ -28,7 +28,8 @@ from typing import Any
 CHILD = r"""
 import json, os, sys, time, torch
 from augserve.engine.kv_cache import KVCacheConfig
-from augserve.engine.model_runner import ModelRunner, RunnerConfig, SeqChunk
+from augserve.engine.model_runner import ModelRunner, SeqChunk
+from augserve.engine.runner_config import RunnerConfig
 from augserve.engine.sampling_params import SamplingParams
 model, threads, steps, dense = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 if model == "smollm2":

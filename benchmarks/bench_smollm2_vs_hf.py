@@ -36,8 +36,9 @@ import bench_engine_throughput as bet  # noqa: E402
 from common import cpu_flags  # noqa: E402
 
 from augserve.engine.kv_cache import KVCacheConfig  # noqa: E402
-from augserve.engine.model_runner import ModelRunner, RunnerConfig  # noqa: E402
+from augserve.engine.model_runner import ModelRunner  # noqa: E402
 from augserve.engine.resolve import gguf_source, resolve_model  # noqa: E402
+from augserve.engine.runner_config import RunnerConfig  # noqa: E402
 
 
 def load_hf(model_dir: str) -> Any:

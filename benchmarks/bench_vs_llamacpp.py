@@ -225,7 +225,8 @@ def argmax_in_process(
     import torch
 
     from augserve.engine.kv_cache import KVCacheConfig
-    from augserve.engine.model_runner import ModelRunner, RunnerConfig, SeqChunk
+    from augserve.engine.model_runner import ModelRunner, SeqChunk
+    from augserve.engine.runner_config import RunnerConfig
 
     kv = KVCacheConfig(block_size=16, num_device_blocks=(len(ids) + 15) // 16 + 1)
     r = ModelRunner(RunnerConfig(str(model_dir), dtype, "cpu", kv, threads, compile=False))

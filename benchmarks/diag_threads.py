@@ -36,7 +36,8 @@ def child(model_dir: str, batch: int, ctx: int, steps: int, reps: int) -> dict:
     import torch
 
     from augserve.engine.kv_cache import KVCacheConfig
-    from augserve.engine.model_runner import ModelRunner, RunnerConfig, SeqChunk
+    from augserve.engine.model_runner import ModelRunner, SeqChunk
+    from augserve.engine.runner_config import RunnerConfig
     from augserve.engine.sampling_params import SamplingParams
 
     threads = int(os.environ.get("AUGSERVE_DIAG_THREADS", "2"))

@@ -146,7 +146,8 @@ def throughput(dev: torch.device, small: bool, deadline: float) -> None:
     from transformers import AutoModelForCausalLM
 
     import benchmarks.bench_engine_throughput as bet
-    from augserve.engine.model_runner import ModelRunner, RunnerConfig
+    from augserve.engine.model_runner import ModelRunner
+    from augserve.engine.runner_config import RunnerConfig
 
     bet.CLOCK = lambda: (_sync(dev), time.perf_counter())[1]
     d = _model_dir(small)

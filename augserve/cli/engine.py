@@ -122,9 +122,10 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _profile(args: argparse.Namespace) -> int:
     from augserve.engine.kv_cache import KVCacheConfig
-    from augserve.engine.model_runner import ModelRunner, RunnerConfig
+    from augserve.engine.model_runner import ModelRunner
     from augserve.engine.profiler import profile_runner
     from augserve.engine.resolve import resolve_model
+    from augserve.engine.runner_config import RunnerConfig
     from augserve.engine.warmup import warm_up
 
     blocks = args.num_device_blocks

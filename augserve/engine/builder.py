@@ -18,8 +18,9 @@ from augserve.engine.background_fit import LatencyFit, SwitchableLatency
 from augserve.engine.engine import LLMEngine
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.latency_default import default_latency
-from augserve.engine.model_runner import ModelRunner, RunnerConfig
+from augserve.engine.model_runner import ModelRunner
 from augserve.engine.resolve import resolve_model
+from augserve.engine.runner_config import RunnerConfig
 from augserve.engine.startup_profile import cache_path, read_cached, startup_latency
 from augserve.engine.tokenizer import Tokenizer
 from augserve.engine.warmup import warm_up

@@ -17,26 +17,18 @@ import torch
 from augserve.engine.attention import AttentionMetadata, build_metadata, decode_backend
 from augserve.engine.cuda_graphs import DecodeGraphs
 from augserve.engine.kv_cache import KVCache, KVCacheConfig
-from augserve.engine.loader import load_config, open_weights
 from augserve.engine.logits_processors import SampleContext, apply_processors, needs_processing
-from augserve.engine.models import CausalLM, model_class
+from augserve.engine.model_build import build_model
 from augserve.engine.ops import compile_regions, compile_wanted, cuda_graphs_wanted, mark_dynamic
 from augserve.engine.prepack import prepack_wanted
-from augserve.engine.quant import check_loaded, logical_numel
+from augserve.engine.quant import logical_numel
 from augserve.engine.quant_select import default_dtype, quant_wanted
+from augserve.engine.runner_config import DTYPES, RunnerConfig
 from augserve.engine.sampler import Logprob, Sampler, logprobs_of
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import read_eos_token_ids
 
 GRAPH_MAX_BATCH = 256  # decode steps of more sequences run without a CUDA graph
-_DTYPES = {
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "fp32": torch.float32,
-    "float32": torch.float32,
-}
 
 
 @dataclass
@@ -67,99 +59,6 @@ class StepInputs:
     sample_ctxs: list[SampleContext | None] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class RunnerConfig:
-    """How to build a ModelRunner. dtype: 'bf16' | 'fp16' | 'fp32' | None (auto: bf16 on
-    a CPU with bf16 instructions or CUDA, else fp32; `quant_select.default_dtype`).
-
-    quantize: keep a GGUF file's weights quantized (engine/quant.py); None = auto:
-    on with AUGSERVE_QUANT=1 for GGUF on the CPU when no dtype is given, else off
-    (`quant_select.quant_wanted`). An explicit dtype loads the dequantized weights.
-
-    compile: torch.compile the layers' fused regions and the paged decode kernel;
-    None = AUGSERVE_COMPILE if set, else on CUDA for models of >= 20M parameters, off
-    on CPU (`ops.compile_wanted`). The first steps then pay a one-off compile (minutes
-    on a busy CPU; cached on disk by inductor for later processes): `warmup.warm_up`
-    pays it before serving (`builder.build_runner` calls it)."""
-
-    model_dir: str
-    dtype: str | None = None
-    device: str | None = None  # default: cuda if available, else cpu
-    kv: KVCacheConfig = field(default_factory=lambda: KVCacheConfig(num_device_blocks=256))
-    num_threads: int | None = None
-    compile: bool | None = None
-    prepack: bool | None = None  # oneDNN-packed linear weights; see prepack.prepack_wanted
-    quantize: bool | None = None  # GGUF weights kept quantized; see quant_select.quant_wanted
-    cuda_graphs: bool | None = (
-        None  # decode steps as CUDA graphs; None: AUGSERVE_CUDA_GRAPHS, else on for CUDA
-    )
-
-    def __post_init__(self) -> None:
-        if self.dtype is not None and self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
-        if self.num_threads is not None and self.num_threads < 1:
-            raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
-        if self.device is not None:
-            check_device(self.device)
-
-
-def check_device(name: str) -> torch.device:
-    """A usable torch device from 'cpu', 'cuda' or 'cuda:N'; ValueError naming the problem."""
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {name!r}") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {name!r}")
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(
-                f"device {name!r}: CUDA is not available on this machine "
-                f"(torch {torch.__version__}, torch.cuda.is_available() is False); use --device cpu"
-            )
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) visible"
-            )
-    return dev
-
-
-def _build_model(
-    model_dir: str, dtype: torch.dtype, device: torch.device, quantize: bool = False
-) -> CausalLM:
-    hf = load_config(model_dir)
-    cls = model_class(hf, str(Path(model_dir) / "config.json"))
-    with torch.device("meta"):
-        model = cls(hf).to(dtype)
-        if quantize:
-            model.quantize(dtype)
-    model = model.to_empty(device=device)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.fill_(float("nan"))  # so a parameter the loader missed is caught below
-    src = open_weights(model_dir)
-    try:
-        model.load_weights(src)
-    finally:
-        src.close()
-    for name, p in model.named_parameters():
-        if bool(torch.isnan(p).any()):
-            raise ValueError(f"{model_dir}: parameter {name} was not loaded (or holds NaN)")
-    check_loaded(model, model_dir)
-    release_freed_memory()
-    return model.eval()
-
-
-def release_freed_memory() -> None:
-    """Hand the loader's freed temporaries back to the OS (glibc's malloc_trim; nothing
-    elsewhere): the quantized SmolLM2 load kept ~60 MB of them resident otherwise."""
-    import contextlib
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 class ModelRunner:
     """Executes steps of SeqChunks on one device with a paged KV cache."""
 
@@ -167,11 +66,11 @@ class ModelRunner:
         if cfg.num_threads is not None:
             torch.set_num_threads(cfg.num_threads)
         self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.dtype = _DTYPES[cfg.dtype] if cfg.dtype else default_dtype(self.device)
+        self.dtype = DTYPES[cfg.dtype] if cfg.dtype else default_dtype(self.device)
         self.quantized = quant_wanted(cfg.quantize, cfg.model_dir, cfg.dtype, self.device)
         if self.quantized:
             self.dtype = torch.bfloat16 if cfg.dtype is None else self.dtype
-        self.model = _build_model(cfg.model_dir, self.dtype, self.device, self.quantized)
+        self.model = build_model(cfg.model_dir, self.dtype, self.device, self.quantized)
         m = self.model
         n_params = logical_numel(m)
         self.compiled = compile_wanted(cfg.compile, n_params, self.device)

@@ -34,8 +34,9 @@ def swap_bandwidth(args: argparse.Namespace, blocks: int = 8) -> float:
     import torch
 
     from augserve.engine.kv_cache import KVCacheConfig
-    from augserve.engine.model_runner import ModelRunner, RunnerConfig
+    from augserve.engine.model_runner import ModelRunner
     from augserve.engine.profiler import measure_swap_bandwidth
+    from augserve.engine.runner_config import RunnerConfig
 
     before = torch.get_num_threads()
     kv = KVCacheConfig(args.block_size, num_device_blocks=blocks, num_host_blocks=blocks)
@@ -69,8 +70,9 @@ def fitted_profile(args: argparse.Namespace, path: Path) -> Path:
     import torch
 
     from augserve.engine.kv_cache import KVCacheConfig
-    from augserve.engine.model_runner import ModelRunner, RunnerConfig
+    from augserve.engine.model_runner import ModelRunner
     from augserve.engine.profiler import profile_runner
+    from augserve.engine.runner_config import RunnerConfig
 
     before = torch.get_num_threads()
     kv = KVCacheConfig(args.block_size, num_device_blocks=args.kv_tokens // args.block_size)

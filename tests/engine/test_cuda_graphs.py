@@ -10,7 +10,8 @@ import torch
 from augserve.engine.cuda_graphs import batch_bucket, width_bucket
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.make_model import make_model
-from augserve.engine.model_runner import ModelRunner, RunnerConfig
+from augserve.engine.model_runner import ModelRunner
+from augserve.engine.runner_config import RunnerConfig
 from tests.engine.helpers import hf_greedy, make_prompts, run_greedy
 
 

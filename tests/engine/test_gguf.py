@@ -19,8 +19,9 @@ from augserve.engine.chat import ChatTemplate
 from augserve.engine.gguf_loader import GGUFWeights, reverse_permute
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.make_model import make_model
-from augserve.engine.model_runner import ModelRunner, RunnerConfig
+from augserve.engine.model_runner import ModelRunner
 from augserve.engine.resolve import resolve_model
+from augserve.engine.runner_config import RunnerConfig
 from augserve.engine.tokenizer import Tokenizer
 from tests.engine.gguf_helpers import permute, write_gguf
 from tests.engine.helpers import run_greedy

@@ -16,7 +16,8 @@ import torch
 
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.make_model import make_model
-from augserve.engine.model_runner import ModelRunner, RunnerConfig, SeqChunk
+from augserve.engine.model_runner import ModelRunner, SeqChunk
+from augserve.engine.runner_config import RunnerConfig
 from tests.engine.conftest import VARIANTS
 from tests.engine.helpers import DEVICE, GREEDY, hf_greedy, make_prompts, run_greedy
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from augserve.engine.make_model import MIN_VOCAB, build_tokenizer, make_model
+from augserve.engine.make_model import make_model
+from augserve.engine.make_tokenizer import MIN_VOCAB, build_tokenizer
 from augserve.engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")

@@ -11,7 +11,8 @@ from augserve.core.config import SchedulerConfig
 from augserve.engine.engine import LLMEngine
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.make_model import make_model
-from augserve.engine.model_runner import ModelRunner, RunnerConfig
+from augserve.engine.model_runner import ModelRunner
+from augserve.engine.runner_config import RunnerConfig
 from augserve.engine.sampling_params import SamplingParams
 from augserve.sched.invariants import check_invariants
 from tests.engine.helpers import DEVICE, hf_greedy, make_prompts

@@ -17,10 +17,11 @@ from augserve.engine.gguf_loader import GGUFWeights
 from augserve.engine.gguf_quant import EXACT_INT4, EXACT_INT8, qtensor_from_gguf
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.make_model import make_model
-from augserve.engine.model_runner import ModelRunner, RunnerConfig
+from augserve.engine.model_runner import ModelRunner
 from augserve.engine.quant import QTensor, QuantLinear, cat_rows, int8_planes, quantize_int8
 from augserve.engine.quant_embed import QuantEmbedding
 from augserve.engine.resolve import resolve_model
+from augserve.engine.runner_config import RunnerConfig
 from tests.engine.gguf_helpers import write_gguf
 from tests.engine.helpers import run_greedy
 

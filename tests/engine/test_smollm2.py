@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from augserve.engine.kv_cache import KVCacheConfig
-from augserve.engine.model_runner import ModelRunner, RunnerConfig
+from augserve.engine.model_runner import ModelRunner
+from augserve.engine.runner_config import RunnerConfig
 from augserve.engine.tokenizer import Tokenizer
 from tests.engine.helpers import run_greedy
 
