@@ -11,7 +11,7 @@ from torch import nn
 from augserve.engine.attention import AttentionMetadata
 from augserve.engine.loader import WeightSource
 from augserve.engine.models.layers import DecoderLayer
-from augserve.engine.prepack import pack_weight, prepack_linears
+from augserve.engine.prepack import linear, pack_weight, prepack_linears
 
 _MISSING = object()
 
@@ -63,7 +63,6 @@ class CausalLM(nn.Module, ABC):
     max_model_len: int
     logits_prepacked: bool = False  # the tied LM head runs through its packed copy
 
-    @abstractmethod
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -72,11 +71,40 @@ class CausalLM(nn.Module, ABC):
         k_caches: list[torch.Tensor],
         v_caches: list[torch.Tensor],
     ) -> torch.Tensor:
-        """Hidden states [T, hidden] of the flat tokens."""
+        """Hidden states [T, hidden] of the flat tokens: the embedding, every decoder
+        layer over its own caches, the final norm. Families differ only in the hooks."""
+        x = self.embed(input_ids, positions)
+        rotation = self.rotation(positions, x.dtype)
+        for i, layer in enumerate(self.decoder_layers()):
+            x = layer(x, rotation, meta, k_caches[i], v_caches[i])
+        return self.final_norm(x)
 
     @abstractmethod
+    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The input embeddings [T, hidden] (learned positions included, if any)."""
+
+    @abstractmethod
+    def decoder_layers(self) -> nn.ModuleList:
+        """The DecoderLayers, in order (each family keeps its Hugging Face name)."""
+
+    def rotation(self, positions: torch.Tensor, dtype: torch.dtype) -> Any:
+        """What each layer's attention rotates q and k by; None without rotary."""
+        return None
+
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        """The norm after the last layer (identity where the family has none)."""
+        return x
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits [N, vocab] of the given hidden states."""
+        """Logits [N, vocab] of the given hidden states: the family's `lm_head`, or the
+        tied input embedding where it has none."""
+        head: nn.Module | None = getattr(self, "lm_head", None)
+        if head is not None:
+            logits: torch.Tensor = head(hidden)
+            return logits
+        tied = self.tied_head()
+        assert tied is not None  # a model without lm_head ties it to the embedding
+        return linear(hidden, tied, None, self.logits_prepacked)
 
     @abstractmethod
     def load_weights(self, src: WeightSource) -> None:

@@ -7,7 +7,6 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from augserve.engine.attention import AttentionMetadata
 from augserve.engine.loader import WeightSource
 from augserve.engine.models.base import CausalLM, cfg_get
 from augserve.engine.models.layers import (
@@ -95,24 +94,19 @@ class GPTJForCausalLM(CausalLM):
         self.ln_f = nn.LayerNorm(c["hidden"], eps=c["eps"])
         self.lm_head = Linear(c["hidden"], c["vocab"])
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        meta: AttentionMetadata,
-        k_caches: list[torch.Tensor],
-        v_caches: list[torch.Tensor],
-    ) -> torch.Tensor:
-        x = self.wte(input_ids)
-        cos_sin = self.rotary.cos_sin(positions, x.dtype)
-        for i, block in enumerate(self.h):
-            x = block(x, cos_sin, meta, k_caches[i], v_caches[i])
+    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x: torch.Tensor = self.wte(input_ids)
+        return x
+
+    def rotation(self, positions: torch.Tensor, dtype: torch.dtype) -> Any:
+        return self.rotary.cos_sin(positions, dtype)
+
+    def decoder_layers(self) -> nn.ModuleList:
+        return self.h
+
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.ln_f(x)
         return out
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits: torch.Tensor = self.lm_head(hidden)
-        return logits
 
     def load_weights(self, src: WeightSource) -> None:
         load_param(self.wte.weight, src.get("transformer.wte.weight"), "transformer.wte.weight")

@@ -7,7 +7,6 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from augserve.engine.attention import AttentionMetadata
 from augserve.engine.loader import WeightSource
 from augserve.engine.models.base import CausalLM, cfg_get, rope_settings
 from augserve.engine.models.layers import (
@@ -19,7 +18,7 @@ from augserve.engine.models.layers import (
     rope_inv_freq,
 )
 from augserve.engine.ops import neox_cos_sin, rms_norm, rope_neox, silu_and_mul
-from augserve.engine.prepack import Linear, linear
+from augserve.engine.prepack import Linear
 from augserve.engine.quant import QuantLinear, load_embedding, load_linear
 from augserve.engine.quant_embed import QuantEmbedding
 
@@ -131,26 +130,19 @@ class LlamaForCausalLM(CausalLM):
         self.norm = RMSNorm(c["hidden"], c["eps"])
         self.lm_head = None if c["tie"] else Linear(c["hidden"], c["vocab"], bias=False)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        meta: AttentionMetadata,
-        k_caches: list[torch.Tensor],
-        v_caches: list[torch.Tensor],
-    ) -> torch.Tensor:
-        x = self.embed_tokens(input_ids)
-        cos_sin = neox_cos_sin(*self.rotary.cos_sin(positions, x.dtype))
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos_sin, meta, k_caches[i], v_caches[i])
+    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x: torch.Tensor = self.embed_tokens(input_ids)
+        return x
+
+    def rotation(self, positions: torch.Tensor, dtype: torch.dtype) -> Any:
+        return neox_cos_sin(*self.rotary.cos_sin(positions, dtype))
+
+    def decoder_layers(self) -> nn.ModuleList:
+        return self.layers
+
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.norm(x)
         return out
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.lm_head is not None:
-            logits: torch.Tensor = self.lm_head(hidden)
-            return logits
-        return linear(hidden, self.embed_tokens.weight, None, self.logits_prepacked)
 
     def tied_head(self) -> torch.Tensor | None:
         return self.embed_tokens.weight if self.lm_head is None else None

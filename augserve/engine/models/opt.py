@@ -7,11 +7,10 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from augserve.engine.attention import AttentionMetadata
 from augserve.engine.loader import WeightSource
 from augserve.engine.models.base import CausalLM, cfg_get
 from augserve.engine.models.layers import DecoderLayer, act_fn, load_param, split_qkv
-from augserve.engine.prepack import Linear, linear
+from augserve.engine.prepack import Linear
 
 POS_OFFSET = 2
 
@@ -109,29 +108,20 @@ class OPTForCausalLM(CausalLM):
         self.final_layer_norm = nn.LayerNorm(c["hidden"]) if c["final_ln"] else None
         self.lm_head = None if c["tie"] else Linear(c["hidden"], c["vocab"], bias=False)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        meta: AttentionMetadata,
-        k_caches: list[torch.Tensor],
-        v_caches: list[torch.Tensor],
-    ) -> torch.Tensor:
+    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         x: torch.Tensor = self.embed_tokens(input_ids) + self.embed_positions(
             positions + POS_OFFSET
         )
-        for i, layer in enumerate(self.layers):
-            x = layer(x, None, meta, k_caches[i], v_caches[i])
+        return x
+
+    def decoder_layers(self) -> nn.ModuleList:
+        return self.layers
+
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         if self.final_layer_norm is None:
             return x
         out: torch.Tensor = self.final_layer_norm(x)
         return out
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.lm_head is not None:
-            logits: torch.Tensor = self.lm_head(hidden)
-            return logits
-        return linear(hidden, self.embed_tokens.weight, None, self.logits_prepacked)
 
     def tied_head(self) -> torch.Tensor | None:
         return self.embed_tokens.weight if self.lm_head is None else None
