@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -106,7 +107,7 @@ class Ids:
     created: int
 
 
-class Endpoint(Generic[R]):
+class Endpoint(ABC, Generic[R]):
     """One endpoint's wire format (module doc); `R` is its request model."""
 
     id_prefix = ""
@@ -119,14 +120,17 @@ class Endpoint(Generic[R]):
         """The request whose sampling fields the engine runs (itself by default)."""
         return req
 
+    @abstractmethod
     def inputs(self, state: ServerState, req: Any) -> Inputs:
-        raise NotImplementedError
+        """The request's prompts, tools and limits, in the endpoint's own terms."""
 
+    @abstractmethod
     def body(self, state: ServerState, req: R, plan: Plan, ids: Ids) -> dict[str, Any]:
-        raise NotImplementedError
+        """The whole (non-streamed) response body."""
 
+    @abstractmethod
     def stream(self, state: ServerState, req: R, plan: Plan, ids: Ids) -> AsyncIterator[str]:
-        raise NotImplementedError
+        """The streamed response, as SSE lines."""
 
 
 async def serve(state: ServerState, endpoint: Endpoint[R], req: R, http: Request) -> Any:
