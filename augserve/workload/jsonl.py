@@ -5,7 +5,8 @@
      "segments": [{"output_len": 5, "call_time": 0.1, "return_len": 3, "tool": "calc"},
                   {"output_len": 7, "call_time": null, "return_len": 0, "tool": null}]}
 
-`prompt_text`, `kind` and `arrival_time` are optional (null or absent); in a
+`prompt_text`, `kind`, `shared_prefix` (the first prompt tokens every request of the
+same kind starts with; default 0) and `arrival_time` are optional (null or absent); in a
 segment `call_time`, `return_len` and `tool` are optional (default: no call,
 0, null). Blank lines are skipped. Writing then reading gives back equal
 `TraceRequest`s (floats are written with `repr`, which round-trips exactly).
@@ -22,7 +23,9 @@ from augserve.core.request import Segment
 from augserve.workload.errors import TraceFormatError, check_float, check_int, check_str
 from augserve.workload.trace import Trace, TraceRequest
 
-_REQUEST_FIELDS = {"request_id", "prompt_len", "prompt_text", "kind", "arrival_time", "segments"}
+_REQUEST_FIELDS = {
+    "request_id", "prompt_len", "prompt_text", "kind", "shared_prefix", "arrival_time", "segments"
+}  # fmt: skip
 _SEGMENT_FIELDS = {"output_len", "call_time", "return_len", "tool"}
 
 
@@ -31,6 +34,8 @@ def request_to_dict(tr: TraceRequest, arrival_time: float | None = None) -> dict
     if tr.prompt_text is not None:
         row["prompt_text"] = tr.prompt_text
     row["kind"] = tr.kind
+    if tr.shared_prefix:
+        row["shared_prefix"] = tr.shared_prefix
     if arrival_time is not None:
         row["arrival_time"] = arrival_time
     row["segments"] = [
@@ -117,7 +122,10 @@ def _parse_line(path: Path, lineno: int, line: str) -> tuple[TraceRequest, float
     segments = _parse_segments(path, where, row["segments"])
     if not rid:
         raise TraceFormatError(path, where, "request_id", "must be non-empty")
-    return TraceRequest(rid, prompt_len, segments, text, kind), arrival
+    shared = _nonneg_int(row.get("shared_prefix", 0), path, where, "shared_prefix")
+    if shared > prompt_len or (shared and kind is None):
+        raise TraceFormatError(path, where, "shared_prefix", "must be <= prompt_len, with a kind")
+    return TraceRequest(rid, prompt_len, segments, text, kind, shared), arrival
 
 
 def _parse_segments(path: Path, where: str, raw: Any) -> tuple[Segment, ...]:

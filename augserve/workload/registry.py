@@ -10,6 +10,8 @@ Names (see docs/trace-format.md):
 - `toolbench-like`: synthetic ToolBench-style agents.
 - `agent-sessions`: multi-turn agent sessions with client-side tools and think time
   (`agent_sessions.py`); `n` counts sessions.
+- `bfcl-multi-turn`: BFCL's `multi_turn_base` conversations as agent sessions, tool
+  latencies and think time drawn (`bfcl_multi_turn.py`); `n` counts sessions.
 - `resample:PATH`: a trace file (`.json` INFERCEPT, `.jsonl` ours) resampled
   with replacement to `n` requests.
 - `file:PATH`: a trace file as is (first `n` requests; `n <= 0` for all).
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from augserve.workload.agent_sessions import agent_sessions
+from augserve.workload.bfcl_multi_turn import bfcl_multi_turn
 from augserve.workload.generators import infercept_like, mix_no_call, resample, toolbench_like
 from augserve.workload.infercept import load_infercept
 from augserve.workload.jsonl import read_jsonl
@@ -37,6 +40,7 @@ WORKLOAD_NAMES = (
     "infercept-like",
     "toolbench-like",
     "agent-sessions",
+    "bfcl-multi-turn",
     "resample:PATH",
     "file:PATH",
     "mixed:FRACTION[:BASE]",
@@ -94,4 +98,6 @@ def make_workload(name: str, n: int, seed: int = 0, **kw: Any) -> Trace:
         return toolbench_like(n, seed)
     if name == "agent-sessions":
         return agent_sessions(n, seed)
+    if name == "bfcl-multi-turn":
+        return bfcl_multi_turn(n, seed, data_dir)
     raise ValueError(f"workload: unknown name {name!r}; known: {', '.join(WORKLOAD_NAMES)}")

@@ -30,6 +30,9 @@ class TraceRequest:
     segments: tuple[Segment, ...]
     prompt_text: str | None = None
     kind: str | None = None  # augmentation type / tool family, when known
+    # the first `shared_prefix` prompt tokens are the same for every request of the
+    # same `kind` (a system prompt with the tools' docs); 0: nothing shared
+    shared_prefix: int = 0
 
     def __post_init__(self) -> None:
         if not self.request_id:
@@ -38,6 +41,12 @@ class TraceRequest:
             raise ValueError(f"TraceRequest.prompt_len must be > 0, got {self.prompt_len}")
         if not self.segments:
             raise ValueError("TraceRequest.segments must hold at least one segment")
+        if not 0 <= self.shared_prefix <= self.prompt_len:
+            raise ValueError(
+                f"TraceRequest.shared_prefix must be in [0, prompt_len], got {self.shared_prefix}"
+            )
+        if self.shared_prefix and self.kind is None:
+            raise ValueError("TraceRequest.shared_prefix needs a kind (the requests it is shared by)")
 
     @property
     def num_calls(self) -> int:

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+AGENT_WORKLOADS = ("agent-sessions", "bfcl-multi-turn")  # run through the agent loop
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
@@ -67,7 +68,12 @@ from bench_tools_protocol import (  # noqa: E402
 )
 from bench_tools_report import row_for, table  # noqa: E402
 from common import cpu_flags  # noqa: E402
-from session_loop import augserve_turn_extras, plain_turn_extras, replay_agents  # noqa: E402
+from session_loop import (  # noqa: E402
+    TurnLog,
+    augserve_turn_extras,
+    plain_turn_extras,
+    replay_agents,
+)
 from tool_workload import (  # noqa: E402
     ManagedServer,
     Replay,
@@ -103,6 +109,7 @@ def vllm_server(args: argparse.Namespace, log: Path) -> ManagedServer:
         "--served-model-name", "m", "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
         "--enable-prefix-caching", "--seed", "0", "--disable-uvicorn-access-log",
+        "--enable-prompt-tokens-details",  # usage's cached_tokens: the agent loop's reuse
         "--block-size", str(args.block_size),
         "--num-gpu-blocks-override", str(args.vllm_kv_tokens // args.block_size),
         "--max-num-batched-tokens", str(args.max_batch_tokens),
@@ -178,9 +185,10 @@ def measure(srv: ManagedServer) -> tuple[float, float]:
 
 def run_point(
     name: str, srv: ManagedServer, workload: list[Any], deadline: float, agents: bool = False
-) -> tuple[Replay, list[float] | None]:
+) -> tuple[Replay, TurnLog | None]:
     """One replay; with `agents`, the `openai` agent loop (calls on the client for
-    every engine, augserve's KV kept as client sessions) and every turn's TTFT."""
+    every engine, augserve's KV kept as client sessions) and every turn's TTFT and
+    prefix reuse."""
     if agents:
         extras = plain_turn_extras if name == "vllm" else augserve_turn_extras
         return asyncio.run(replay_agents(srv.base_url, "m", workload, deadline, extras))
@@ -362,9 +370,9 @@ def _cell_run(
 ) -> dict[str, Any]:  # fmt: skip
     """One replay of one cell's workload on one engine: its row, with the load beside."""
     load = os.getloadavg()[0]
-    agents = args.workload == "agent-sessions"
-    result, ttfts = run_point(name, srv, workload, args.duration + args.drain, agents)
-    row = row_for(rate, name, result, slo, args, load, ttfts)
+    agents = args.workload in AGENT_WORKLOADS
+    result, turns = run_point(name, srv, workload, args.duration + args.drain, agents)
+    row = row_for(rate, name, result, slo, args, load, turns)
     time.sleep(3.0)
     return {**row, "repeat": rep, "seed": seed}
 

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from session_loop import TurnLog
 from tool_workload import Replay, summarize
 
 from augserve.core.metrics import SLOConfig
@@ -20,23 +21,21 @@ TARGET = 3.0
 
 def row_for(
     rate: float, name: str, result: Replay, slo: SLOConfig, args: argparse.Namespace,
-    load: float, turn_ttfts: list[float] | None = None,
+    load: float, turns: TurnLog | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One (rate, engine) point: `augserve.core.metrics` over the window of arrivals plus
     drain; goodput is per second of arrivals (requests that met the SLO / duration).
-    With an agent loop's `turn_ttfts`: each turn's TTFT and the mean job completion time
-    (a session's arrival to its last token)."""
+    With an agent loop's `turns`: each turn's TTFT, the prefix reuse and the mean job
+    completion time (a session's arrival to its last token)."""
     m = summarize(result.records, slo, args.duration + args.drain).to_dict()
     m["goodput_per_arrival_s"] = m["num_met_slo"] / args.duration
     m["arrival_window_s"] = args.duration
-    if turn_ttfts is not None:
+    if turns is not None:
         done = RequestStatus.FINISHED_STOPPED
         jcts = [r.finish_time - r.arrival_time for r in result.records
                 if r.status is done and r.finish_time is not None]  # fmt: skip
         m["jct_mean"] = sum(jcts) / len(jcts) if jcts else None
-        m["turns"] = len(turn_ttfts)
-        m["turn_ttft_p50"] = _quantile(turn_ttfts, 0.5)
-        m["turn_ttft_p99"] = _quantile(turn_ttfts, 0.99)
+        m.update(turn_metrics(turns))
     errors = sorted(set(result.errors.values()))[:3]
     policies = Counter(c.policy.value for r in result.records for c in r.calls if c.policy)
     m["call_policies"] = dict(policies)  # augserve only: what each call's KV went through
@@ -44,6 +43,29 @@ def row_for(
           f"{m['slo_attainment']:.0%}, finished {m['num_finished']}/{m['num_requests']}, "
           f"load {load:.1f}{'; errors: ' + errors[0] if errors else ''}", flush=True)  # fmt: skip
     return {"rate": rate, "engine": name, "load_avg_1min": load, "metrics": m, "errors": errors}
+
+
+def turn_metrics(turns: TurnLog) -> dict[str, Any]:
+    """Per-turn TTFT (all turns, a session's first, the later ones) and prefix reuse:
+    the share of the prompt tokens sent that the server's cache held (None where the
+    server reported no `cached_tokens`)."""
+    first = [t for t, f in zip(turns.ttfts, turns.first_turn, strict=True) if f]
+    later = [t for t, f in zip(turns.ttfts, turns.first_turn, strict=True) if not f]
+    out: dict[str, Any] = {
+        "turns": len(turns.ttfts),
+        "turn_ttft_p50": _quantile(turns.ttfts, 0.5),
+        "turn_ttft_p99": _quantile(turns.ttfts, 0.99),
+        "first_turn_ttft_p50": _quantile(first, 0.5),
+        "later_turn_ttft_p50": _quantile(later, 0.5),
+        "later_turn_ttft_p99": _quantile(later, 0.99),
+    }
+    for name, pick in (("prefix_reuse", None), ("first_turn_prefix_reuse", True)):
+        pairs = [(p, c) for p, c, f in zip(turns.prompt_tokens, turns.cached_tokens,
+                                            turns.first_turn, strict=True)
+                 if c is not None and (pick is None or f is pick)]  # fmt: skip
+        sent = sum(p for p, _ in pairs)
+        out[name] = sum(c for _, c in pairs) / sent if sent else None
+    return out
 
 
 def _quantile(xs: list[float], q: float) -> float | None:
@@ -62,7 +84,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     head = ("| rate (req/s) | engine:policy | goodput (req/s) | SLO att. | TTFT mean / p99 (s) | "
             "norm. lat. mean / p99 (s/tok) | throughput (tok/s) | finished | load |")  # fmt: skip
     if agents:  # an agent loop: a session is a request; its turns' TTFT and its JCT
-        head += " turn TTFT p50 / p99 (s) | JCT mean (s) |"
+        head += " turn TTFT p50 / p99 (s) | prefix reuse | JCT mean (s) |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in sorted(rows, key=lambda r: (r["rate"], r["engine"] != "vllm", r["engine"])):
         m = r["metrics"]
@@ -75,7 +97,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         )
         if agents:
             line += (f" {fmt(m.get('turn_ttft_p50'))} / {fmt(m.get('turn_ttft_p99'))} |"
-                     f" {fmt(m.get('jct_mean'), 1)} |")  # fmt: skip
+                     f" {fmt(m.get('prefix_reuse'))} | {fmt(m.get('jct_mean'), 1)} |")  # fmt: skip
         lines.append(line)
     return "\n".join(lines)
 

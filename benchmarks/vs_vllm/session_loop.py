@@ -22,7 +22,8 @@ The record of a session is a `Request`: its arrival, first token, finish and one
 `CallRecord` per tool round trip, so `augserve.core.metrics` judges sessions as
 requests (TTFT of the first turn, normalized latency over the session's generated
 tokens without its tool time) and the job completion time is finish - arrival.
-Each turn's TTFT is kept too (`turn_ttfts`).
+Each turn's TTFT is kept too, with the prompt tokens it sent and how many of them
+the server's prefix cache held (`TurnLog`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -54,16 +56,36 @@ def augserve_turn_extras(req: ToolRequest, k: int) -> dict[str, Any]:
     return {"session_id": req.request_id, "augserve_segments": [step]}
 
 
+@dataclass
+class TurnLog:
+    """Every turn of a replay: its TTFT (seconds from its send), and the prompt tokens
+    it sent and of those the server's prefix cache held (`usage.prompt_tokens_details
+    .cached_tokens`; None where the server did not say)."""
+
+    ttfts: list[float] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)
+    cached_tokens: list[int | None] = field(default_factory=list)
+    first_turn: list[bool] = field(default_factory=list)  # a session's first turn
+
+
+def _cached(usage: Any) -> int | None:
+    details = getattr(usage, "prompt_tokens_details", None)
+    return getattr(details, "cached_tokens", None) if details is not None else None
+
+
 async def _turn(client: Any, model: str, ctx: list[int], n: int, extra: dict[str, Any]) -> Turn:
-    """One streamed completion of `n` tokens; its generated ids and times."""
+    """One streamed completion of `n` tokens; its generated ids, times and usage."""
     body = {"ignore_eos": True, "return_token_ids": True, **extra}
     stream = await client.completions.create(
-        model=model, prompt=ctx, max_tokens=n, temperature=0.0, stream=True, extra_body=body
+        model=model, prompt=ctx, max_tokens=n, temperature=0.0, stream=True, extra_body=body,
+        stream_options={"include_usage": True},
     )
     turn = Turn()
     async for chunk in stream:
         for choice in chunk.choices:
             turn.add(getattr(choice, "token_ids", None) or [])
+        if getattr(chunk, "usage", None) is not None:
+            turn.cached = _cached(chunk.usage)
     turn.end = time.monotonic()
     if len(turn.tokens) != n:
         raise RuntimeError(f"asked {n} tokens, got {len(turn.tokens)} (token ids?)")
@@ -72,7 +94,7 @@ async def _turn(client: Any, model: str, ctx: list[int], n: int, extra: dict[str
 
 async def run_session(
     client: Any, model: str, req: ToolRequest, t0: float, extras: Extras,
-    errors: dict[str, str], turn_ttfts: list[float],
+    errors: dict[str, str], log: TurnLog,
 ) -> Request:  # fmt: skip
     """One session from its arrival on; its record (times in seconds after `t0`)."""
     rec = _record(req)
@@ -83,7 +105,10 @@ async def run_session(
             sent = time.monotonic()
             turn = await _turn(client, model, ctx, seg.output_len, extras(req, k))
             if turn.first is not None:
-                turn_ttfts.append(turn.first - sent)
+                log.ttfts.append(turn.first - sent)
+                log.prompt_tokens.append(len(ctx))
+                log.cached_tokens.append(turn.cached)
+                log.first_turn.append(k == 0)
                 if rec.first_token_time is None:
                     rec.first_token_time = turn.first - t0
             rec.num_generated_tokens += len(turn.tokens)
@@ -107,9 +132,9 @@ async def run_session(
 async def replay_agents(
     base_url: str, model: str, workload: Sequence[ToolRequest], deadline: float,
     extras: Extras = plain_turn_extras,
-) -> tuple[Replay, list[float]]:  # fmt: skip
+) -> tuple[Replay, TurnLog]:  # fmt: skip
     """Every session from its arrival; whatever runs past `deadline` s is cancelled.
-    Returns the replay and every turn's TTFT (seconds from its send)."""
+    Returns the replay and every turn's TTFT and prefix reuse."""
     from openai import AsyncOpenAI
 
     # no keep-alive: a connection idle through a long tool call may be closed by the
@@ -119,10 +144,10 @@ async def replay_agents(
     client = AsyncOpenAI(base_url=base_url + "/v1", api_key="none", http_client=http,
                          max_retries=0)  # fmt: skip
     errors: dict[str, str] = {}
-    ttfts: list[float] = []
+    log = TurnLog()
     try:
         t0 = time.monotonic()
-        tasks = [asyncio.create_task(run_session(client, model, r, t0, extras, errors, ttfts))
+        tasks = [asyncio.create_task(run_session(client, model, r, t0, extras, errors, log))
                  for r in workload]  # fmt: skip
         _, pending = await asyncio.wait(tasks, timeout=deadline)
         for task in pending:
@@ -132,4 +157,4 @@ async def replay_agents(
         records = [_record(r) if t.cancelled() else t.result() for r, t in pairs]
     finally:
         await client.close()
-    return Replay(records, errors), ttfts
+    return Replay(records, errors), log

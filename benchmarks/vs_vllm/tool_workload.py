@@ -105,20 +105,30 @@ def build_workload(
     workload: str = "infercept",
 ) -> list[ToolRequest]:  # fmt: skip
     """Poisson arrivals at `rate` over `duration` seconds, requests of `workload` (an
-    `augserve.workload` name: the INFERCEPT trace, or `agent-sessions`: one request per
-    session, a segment per model turn), scaled."""
+    `augserve.workload` name: the INFERCEPT trace, or `agent-sessions` /
+    `bfcl-multi-turn`: one request per session, a segment per model turn), scaled.
+    Requests of one kind with a `shared_prefix` start with the same ids."""
     times = poisson_arrivals(rate, duration=duration, seed=seed)
     trace = make_workload(workload, max(1, len(times)), seed)
     rng = random.Random(f"tool-workload-{seed}")
     out = []
     for i, (tr, t) in enumerate(zip(trace, times, strict=False)):
         prompt, segs = scale_request(tr, scale)
-        ids = tuple(rng.randrange(VOCAB_LOW, vocab) for _ in range(prompt))
+        shared = min(prompt, round(tr.shared_prefix * scale.length))
+        ids = shared_ids(tr.kind, shared, vocab) + tuple(
+            rng.randrange(VOCAB_LOW, vocab) for _ in range(prompt - shared)
+        )
         rets = tuple(
             tuple(rng.randrange(VOCAB_LOW, vocab) for _ in range(s.return_len)) for s in segs
         )
         out.append(ToolRequest(f"r{seed}-{i}", t, ids, tuple(segs), rets, tr.kind))
     return out
+
+
+def shared_ids(kind: str | None, n: int, vocab: int) -> tuple[int, ...]:
+    """The `n` prompt ids every request of `kind` starts with (its system prompt)."""
+    rng = random.Random(f"shared-prefix-{kind}")
+    return tuple(rng.randrange(VOCAB_LOW, vocab) for _ in range(n))
 
 
 def vllm_extras(req: ToolRequest, k: int) -> dict[str, Any]:
@@ -131,6 +141,7 @@ class Turn:
     tokens: list[int] = field(default_factory=list)
     first: float | None = None  # monotonic time of the first generated token
     end: float | None = None
+    cached: int | None = None  # prompt tokens the server's prefix cache held (usage)
 
     def add(self, ids: Sequence[int]) -> None:
         """Streamed token ids arrived (the first non-empty ones time the first token)."""

@@ -75,3 +75,20 @@ def test_capacity_is_the_highest_rate_meeting_90_percent_and_says_where_it_first
     assert "vllm 2 req/s;" in text
     assert "augserve:a 6 req/s (3.00x vLLM; every rate up to 3)" in text
     assert "augserve:b below every rate" in text
+
+
+def test_turn_metrics_split_first_turns_and_count_the_reuse_the_server_reported() -> None:
+    from session_loop import TurnLog
+
+    log = TurnLog(
+        ttfts=[0.5, 0.1, 0.2, 0.4, 0.3],
+        prompt_tokens=[100, 150, 200, 100, 120],
+        cached_tokens=[0, 96, 192, 64, None],  # the last server said nothing
+        first_turn=[True, False, False, True, False],
+    )
+    m = rep.turn_metrics(log)
+    assert m["turns"] == 5
+    assert m["prefix_reuse"] == pytest.approx((0 + 96 + 192 + 64) / (100 + 150 + 200 + 100))
+    assert m["first_turn_prefix_reuse"] == pytest.approx(64 / 200)
+    assert m["first_turn_ttft_p50"] == 0.5 and m["later_turn_ttft_p50"] == 0.2
+    assert rep.turn_metrics(TurnLog())["prefix_reuse"] is None

@@ -152,3 +152,32 @@ def test_a_stream_that_arrives_in_one_burst_is_not_timed() -> None:
     assert tw.streamed(0.0, steady)
     burst = [0.66 + 2e-5 * i for i in range(65)]  # all 65 chunks after the whole request
     assert not tw.streamed(0.0, burst)
+
+
+def test_sessions_of_one_kind_start_with_the_same_ids_and_others_do_not() -> None:
+    scale = tw.Scale(length=0.05, time=0.01, max_context=600)
+    work = tw.build_workload(3.0, 40.0, seed=5, scale=scale, vocab=500,
+                             workload="bfcl-multi-turn")  # fmt: skip
+    trace = make_workload("bfcl-multi-turn", len(work), 5)
+    by_kind: dict[str, list[tuple[int, ...]]] = {}
+    for req, tr in zip(work, trace, strict=True):
+        shared = round(tr.shared_prefix * 0.05)
+        assert shared > 0 and req.kind == tr.kind
+        by_kind.setdefault(tr.kind or "", []).append(req.prompt_ids[:shared])
+    firsts = {k: v[0] for k, v in by_kind.items()}
+    assert any(len(v) > 1 for v in by_kind.values())  # something is shared
+    assert all(p == firsts[k] for k, v in by_kind.items() for p in v)
+    assert len(set(firsts.values())) == len(firsts)  # kinds apart
+
+
+def test_a_workload_without_shared_prefixes_draws_its_ids_as_before() -> None:
+    """`shared_prefix` 0 (every workload but bfcl-multi-turn) draws no extra ids: the
+    committed comparisons' workloads are unchanged."""
+    import random
+
+    a = tw.build_workload(2.0, 10.0, seed=3, vocab=500)
+    rng = random.Random("tool-workload-3")
+    for r in a:
+        assert r.prompt_ids == tuple(rng.randrange(3, 500) for _ in r.prompt_ids)
+        for rets in r.returned_ids:
+            assert rets == tuple(rng.randrange(3, 500) for _ in rets)

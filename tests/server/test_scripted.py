@@ -273,9 +273,12 @@ def test_the_agent_loop_runs_sessions_with_client_calls_kept_as_sessions(
     assert len(work) >= 2 and all(len(r.segments) > 1 for r in work)
     hits = scripted.metric("augserve_prefix_cache_hits_total")
     for extras in (al.augserve_turn_extras, al.plain_turn_extras):
-        out, ttfts = asyncio.run(al.replay_agents(scripted.url, MODEL, work, 60.0, extras))
+        out, log = asyncio.run(al.replay_agents(scripted.url, MODEL, work, 60.0, extras))
         assert out.errors == {}
-        assert len(ttfts) == sum(len(r.segments) for r in work)
+        assert len(log.ttfts) == sum(len(r.segments) for r in work)
+        assert sum(log.first_turn) == len(work)
+        later = [c for c, f in zip(log.cached_tokens, log.first_turn, strict=True) if not f]
+        assert all(c is not None and c > 0 for c in later)  # usage says what was reused
         for req, rec in zip(work, out.records, strict=True):
             assert rec.status.name == "FINISHED_STOPPED"
             assert rec.num_generated_tokens == sum(s.output_len for s in req.segments)
@@ -284,3 +287,37 @@ def test_the_agent_loop_runs_sessions_with_client_calls_kept_as_sessions(
         scripted.wait_idle()
         assert scripted.metric("augserve_num_sessions_paused") == 0  # all continued or ended
     assert scripted.metric("augserve_prefix_cache_hits_total") > hits
+
+
+def test_bfcl_sessions_offering_the_same_tools_reuse_the_system_prompt(
+    scripted: LiveServer,
+) -> None:
+    """Two `bfcl-multi-turn` sessions with the same tools, one after the other: the
+    second's first turn finds the shared system prompt in the prefix cache (the usage
+    the agent loop reads says so); a session of other tools finds none of it."""
+    import asyncio
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "vs_vllm"))
+    import session_loop as al
+    import tool_workload as tw
+    from bench_tools_report import turn_metrics
+
+    from augserve.core.request import Segment
+
+    shared = tw.shared_ids("bfcl:A", 64, 500)
+
+    def session(rid: str, arrival: float, head: tuple[int, ...]) -> tw.ToolRequest:
+        segs = (Segment(3, 0.01, 4, "tool"), Segment(2))
+        tail = tuple(range(10 + len(rid), 26 + len(rid)))
+        return tw.ToolRequest(rid, arrival, head + tail, segs, ((7, 8, 9, 10), ()), "bfcl:A")
+
+    other = tw.shared_ids("bfcl:B", 64, 500)
+    work = [session("a", 0.0, shared), session("b", 1.5, shared), session("c", 3.0, other)]
+    out, log = asyncio.run(al.replay_agents(scripted.url, MODEL, work, 60.0,
+                                            al.augserve_turn_extras))  # fmt: skip
+    assert out.errors == {}
+    firsts = [c for c, f in zip(log.cached_tokens, log.first_turn, strict=True) if f]
+    assert firsts[0] == 0 and firsts[2] == 0  # the first of its tools; other tools
+    assert firsts[1] is not None and 48 <= firsts[1] <= 64  # the shared prompt's full blocks
+    assert turn_metrics(log)["first_turn_prefix_reuse"] > 0
