@@ -63,7 +63,8 @@ def protocol_figure(result: Mapping[str, Any], title: str | None = None) -> Any:
             xs = [x + shift for x in s["rate"]]
             lo = [0.0 if v is None else m - v for m, v in zip(s["mean"], s["low"], strict=True)]
             hi = [0.0 if v is None else v - m for m, v in zip(s["mean"], s["high"], strict=True)]
-            name = engine if key != "attainment" else f"{engine}: {_capacity_text(caps.get(engine))}"
+            cap = _capacity_text(caps.get(engine))
+            name = engine if key != "attainment" else f"{engine}: {cap}"
             bars = ax.errorbar(xs, s["mean"], yerr=[lo, hi], marker="o", capsize=3, label=name)
             for x, reps in zip(xs, s["repeats"], strict=True):
                 ax.scatter([x] * len(reps), reps, s=10, alpha=0.5, color=bars.lines[0].get_color())

@@ -70,7 +70,9 @@ def load_conversations(path: Path) -> tuple[dict[str, Any], ...]:
     raw = json.loads(path.read_text())
     entries = raw.get("entries") if isinstance(raw, dict) else None
     if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{path}: no `entries` (derive it with benchmarks/bfcl/derive_multi_turn.py)")
+        raise ValueError(
+            f"{path}: no `entries` (derive it with benchmarks/bfcl/derive_multi_turn.py)"
+        )
     return tuple(entries)
 
 
@@ -108,5 +110,7 @@ def bfcl_multi_turn(n: int, seed: int, data_dir: Path,
     picks = rng.permutation(len(convs)).tolist()
     while len(picks) < n:
         picks += rng.permutation(len(convs)).tolist()
-    reqs = [session(convs[j], profile, rng, f"{convs[j]['id']}-{i}") for i, j in enumerate(picks[:n])]
+    reqs = [
+        session(convs[j], profile, rng, f"{convs[j]['id']}-{i}") for i, j in enumerate(picks[:n])
+    ]
     return Trace(name="bfcl-multi-turn", requests=tuple(reqs))

@@ -46,7 +46,7 @@ class TraceRequest:
                 f"TraceRequest.shared_prefix must be in [0, prompt_len], got {self.shared_prefix}"
             )
         if self.shared_prefix and self.kind is None:
-            raise ValueError("TraceRequest.shared_prefix needs a kind (the requests it is shared by)")
+            raise ValueError("TraceRequest.shared_prefix needs a kind (the requests sharing it)")
 
     @property
     def num_calls(self) -> int:

@@ -107,12 +107,12 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(args.bfcl))
     entries = _lines(args.bfcl / DATA / "BFCL_v4_multi_turn_base.json")
-    answers = {a["id"]: a["ground_truth"]
-               for a in _lines(args.bfcl / DATA / "possible_answer/BFCL_v4_multi_turn_base.json")}  # fmt: skip
+    answer_file = args.bfcl / DATA / "possible_answer" / "BFCL_v4_multi_turn_base.json"
+    answers = {a["id"]: a["ground_truth"] for a in _lines(answer_file)}
     derived = [derive_entry(args.bfcl, e, answers[e["id"]]) for e in entries]
     out = {
-        "source": f"bfcl-eval {VERSION}, {DATA}/BFCL_v4_multi_turn_base.json and its possible answers "
-        "(Apache-2.0); token counts only",
+        "source": f"bfcl-eval {VERSION}, {DATA}/BFCL_v4_multi_turn_base.json and its possible "
+        "answers (Apache-2.0); token counts only",
         "command": " ".join(["python", *sys.argv]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "token_rule": "augserve.workload.tokenize.approx_token_count",

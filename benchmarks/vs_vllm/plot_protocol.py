@@ -19,8 +19,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="the PNG to write")
     args = ap.parse_args()
     result = json.loads(args.result.read_text())
-    title = (f"{result.get('config', args.result.name)}: time scale {result['time_scale']:g}, "
-             f"{result['repeats']} repeats, KV tokens {result['memory']['baseline_tokens']} each")
+    title = (
+        f"{result.get('config', args.result.name)}: time scale {result['time_scale']:g}, "
+        f"{result['repeats']} repeats, KV tokens {result['memory']['baseline_tokens']} each"
+    )
     print(plot_protocol(result, args.out, title))
 
 

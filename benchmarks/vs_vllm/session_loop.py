@@ -77,7 +77,12 @@ async def _turn(client: Any, model: str, ctx: list[int], n: int, extra: dict[str
     """One streamed completion of `n` tokens; its generated ids, times and usage."""
     body = {"ignore_eos": True, "return_token_ids": True, **extra}
     stream = await client.completions.create(
-        model=model, prompt=ctx, max_tokens=n, temperature=0.0, stream=True, extra_body=body,
+        model=model,
+        prompt=ctx,
+        max_tokens=n,
+        temperature=0.0,
+        stream=True,
+        extra_body=body,
         stream_options={"include_usage": True},
     )
     turn = Turn()

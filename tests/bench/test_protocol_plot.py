@@ -43,7 +43,8 @@ def test_the_figure_plots_each_cell_s_mean_interval_and_repeats(tmp_path: Path) 
 
 
 def test_series_keeps_missing_intervals_as_none() -> None:
+    interval = {"mean": 1.0, "low": None, "high": None}
     result = {"cells": [{"rate": 2.0, "engine": "x", "attainment": [1.0],
-                         "attainment_interval": {"mean": 1.0, "low": None, "high": None}}]}  # fmt: skip
+                         "attainment_interval": interval}]}  # fmt: skip
     s = series(result, "x", "attainment")
     assert s == {"rate": [2.0], "mean": [1.0], "low": [None], "high": [None], "repeats": [[1.0]]}

@@ -51,7 +51,10 @@ def test_each_session_is_its_conversation_step_by_step() -> None:
             for step in turn["steps"]:  # a call, the tool, its result read back
                 s = segs.pop(0)
                 assert (s.output_len, s.return_len, s.tool) == (
-                    step["call_tokens"], step["result_tokens"], "tool")
+                    step["call_tokens"],
+                    step["result_tokens"],
+                    "tool",
+                )
                 assert s.call_time is not None and s.call_time >= BFCL_MULTI_TURN.client_rtt
             answer = segs.pop(0)  # the turn's answer, then the user's next message
             assert 8 <= answer.output_len <= 400
