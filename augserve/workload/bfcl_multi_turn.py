@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from augserve.core.request import Segment
-from augserve.workload.agent_sessions import _ln
+from augserve.workload.agent_sessions import AGENT_SESSIONS, _ln
 from augserve.workload.profiles import LogNormal
 from augserve.workload.trace import Trace, TraceRequest
 
@@ -51,9 +51,9 @@ KIND_PREFIX = "bfcl:"
 class BfclMultiTurnProfile:
     """What the sessions add to BFCL's conversations (module doc)."""
 
-    tool_time: LogNormal = _ln(0.3, 1.0, 0.01, 30.0)  # seconds per call
-    client_rtt: float = 0.05  # per tool round trip (s)
-    think_time: LogNormal = _ln(15.0, 0.8, 2.0, 300.0)  # before the next user message (s)
+    tool_time: LogNormal = AGENT_SESSIONS.fast_tool_time  # seconds per call
+    client_rtt: float = AGENT_SESSIONS.client_rtt  # per tool round trip (s)
+    think_time: LogNormal = AGENT_SESSIONS.think_time  # before the next user message (s)
     answer_len: LogNormal = _ln(40.0, 0.6, 8.0, 400.0)  # tokens closing a turn
 
     def __post_init__(self) -> None:
