@@ -4,7 +4,9 @@ file: `augserve/bench/protocol.py`).
 - `mean_interval`: a mean and its two-sided 95% Student-t interval.
 - `crossing` / `capacity`: SLO capacity, the rate where the linearly interpolated
   attainment curve first falls through 90%, and its interval from the per-repeat
-  crossings (`capacity_ratio`: the paired per-repeat ratio of two systems').
+  crossings (`capacity_ratio`: the paired per-repeat ratio of two systems';
+  `ratio_lower_bound`: its conservative one-sided bound where censoring removes the
+  interval).
 
 Pure functions over numbers.
 """
@@ -99,11 +101,13 @@ class Capacity:
     interval: Interval
     per_repeat: tuple[float, ...]
     censored: str = ""
+    per_repeat_censored: tuple[str, ...] = ()  # each repeat's `Crossing.censored`
 
     def to_dict(self) -> dict[str, Any]:
         iv = self.interval.to_dict()
         return {"rate": self.rate, "censored": self.censored, "interval": iv,
-                "per_repeat": list(self.per_repeat)}  # fmt: skip
+                "per_repeat": list(self.per_repeat),
+                "per_repeat_censored": list(self.per_repeat_censored)}  # fmt: skip
 
 
 def capacity(
@@ -122,7 +126,7 @@ def capacity(
     iv = mean_interval(values)
     if censored:
         iv = Interval(iv.mean, math.nan, math.nan, iv.n)
-    return Capacity(mean_cross.rate, iv, values, censored)
+    return Capacity(mean_cross.rate, iv, values, censored, tuple(c.censored for c in crosses))
 
 
 def capacity_ratio(ours: Capacity, baseline: Capacity) -> dict[str, Any]:
@@ -132,10 +136,32 @@ def capacity_ratio(ours: Capacity, baseline: Capacity) -> dict[str, Any]:
         raise ValueError("capacity_ratio: both systems need the same repeats")
     ratios = [a / b for a, b in zip(ours.per_repeat, baseline.per_repeat, strict=True)]
     iv = mean_interval(ratios)
-    if ours.censored or baseline.censored:
+    censored = bool(ours.censored or baseline.censored)
+    if censored:
         iv = Interval(iv.mean, math.nan, math.nan, iv.n)
-    return {"ratio": ours.rate / baseline.rate, "censored": bool(ours.censored or
-            baseline.censored), "per_repeat": ratios, "interval": iv.to_dict()}  # fmt: skip
+    return {"ratio": ours.rate / baseline.rate, "censored": censored, "per_repeat": ratios,
+            "interval": iv.to_dict(), "lower_bound": ratio_lower_bound(ours, baseline)}  # fmt: skip
+
+
+def ratio_lower_bound(ours: Capacity, baseline: Capacity) -> dict[str, Any] | None:
+    """Where censoring leaves `capacity_ratio` no interval, a one-sided one may remain.
+    A repeat whose crossing is censored "above" has its true capacity at or past the
+    grid's top (its value a lower bound), and one censored "below" has it under the
+    grid's bottom (its value an upper bound). So where ours is exact or censored above
+    in every repeat, and the baseline exact or censored below, each per-repeat ratio
+    is at most the true one, and the low end of their 95% t interval is a conservative
+    lower end for the true mean ratio (one-sided 97.5%). None where the censoring does
+    not allow it (ours below, the baseline above), or nothing is censored."""
+    if not (ours.censored or baseline.censored):
+        return None
+    if "below" in ours.per_repeat_censored or "above" in baseline.per_repeat_censored:
+        return None
+    if not ours.per_repeat_censored or not baseline.per_repeat_censored:
+        return None  # a Capacity made without per-repeat censoring: nothing to go on
+    ratios = [a / b for a, b in zip(ours.per_repeat, baseline.per_repeat, strict=True)]
+    iv = mean_interval(ratios)
+    low = iv.low if math.isfinite(iv.low) else None
+    return {"mean": iv.mean, "low": low, "n": iv.n}
 
 
 def engine_capacity(cells: Sequence[Mapping[str, Any]], engine: str) -> Capacity:

@@ -152,6 +152,10 @@ def cells_table(result: Mapping[str, Any]) -> str:
         lines.append(f"capacity ratio {e} / {BASELINE}: {r['ratio']:.2f}x; per repeat "
                      f"{', '.join(f'{x:.2f}' for x in r['per_repeat'])}; "
                      f"interval {_iv(r['interval'])}")  # fmt: skip
+        lb = r.get("lower_bound")
+        if lb and lb["low"] is not None:
+            lines.append(f"  censored: per-repeat ratios are lower bounds, mean {lb['mean']:.2f}x, "
+                         f"conservative 95% lower end {lb['low']:.2f}x")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -64,6 +64,32 @@ def test_capacity_ratio_pairs_the_repeats() -> None:
     assert r["interval"]["high"] == pytest.approx(2.1 + half)
 
 
+def test_a_censored_ratio_keeps_a_conservative_lower_end() -> None:
+    # ours never falls under 90% inside the grid (censored above in every repeat);
+    # the baseline crosses inside it: each per-repeat ratio only understates the truth
+    ours = stats.capacity([1.5, 4.0, 6.5], [[1.0] * 3, [0.99, 0.98, 0.99], [0.96, 0.98, 0.95]])
+    base = stats.capacity([1.5, 4.0, 6.5], [[1.0] * 3, [0.72, 0.55, 0.8], [0.8, 0.6, 0.7]])
+    assert ours.per_repeat_censored == ("above",) * 3 and base.per_repeat_censored == ("",) * 3
+    r = stats.capacity_ratio(ours, base)
+    assert r["censored"] and r["interval"]["low"] is None  # no two-sided interval
+    lb = stats.mean_interval(r["per_repeat"])
+    assert r["lower_bound"] == {"mean": pytest.approx(lb.mean), "low": pytest.approx(lb.low),
+                                "n": 3}  # fmt: skip
+    assert 1.0 < r["lower_bound"]["low"] < r["lower_bound"]["mean"]
+
+
+def test_no_lower_end_where_the_censoring_points_the_wrong_way() -> None:
+    rates = [1.0, 2.0]
+    above = stats.capacity(rates, [[1.0] * 3, [1.0] * 3])  # capacity >= 2: a lower bound
+    below = stats.capacity(rates, [[0.5] * 3, [0.5] * 3])  # capacity < 1: an upper bound
+    inside = stats.capacity(rates, [[1.0] * 3, [0.8] * 3])
+    assert stats.capacity_ratio(inside, inside)["lower_bound"] is None  # nothing censored
+    assert stats.capacity_ratio(below, inside)["lower_bound"] is None  # ours overstated
+    assert stats.capacity_ratio(inside, above)["lower_bound"] is None  # baseline understated
+    assert stats.capacity_ratio(inside, below)["lower_bound"] is not None
+    assert stats.capacity_ratio(above, inside)["lower_bound"] is not None
+
+
 def test_memory_must_be_equal_and_names_the_field() -> None:
     p.Memory(2048, 2048, 4096)
     with pytest.raises(ValueError, match="memory.baseline_tokens"):
