@@ -18,7 +18,9 @@ twice a second throughout. Reports: requests sent and lost (no complete answer, 
 a hostile request without its expected status; must be 0), errors by kind,
 /health's p50/p99/max, the server's RSS slope (MiB/hour,
 fitted after the first window), KV blocks back to 0 at the end, and p50/p99 latency
-per window. Writes everything as JSON (`--out`).
+per window. `memory` says where RSS went (soak_memory.py: the grammar cache, glibc's
+heap used and free, with `--tracemalloc` Python's allocations by source line).
+Writes everything as JSON (`--out`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ import time
 from collections import deque
 from pathlib import Path
 from typing import Any
+
+from soak_memory import memory_report
 
 HERE = Path(__file__).resolve().parent
 MODEL = "soak"
@@ -137,12 +141,15 @@ class SoakSampler:
         return out
 
 
-def serve(port: int, model_dir: str, tools: str) -> int:
+def serve(port: int, model_dir: str, tools: str, opts: dict[str, Any]) -> int:
     import torch
+    from soak_memory import MemorySampler
 
     from augserve.engine.async_engine import AsyncLLMEngine
     from augserve.engine.builder import EngineArgs, build_engine
+    from augserve.server.input_limits import PrepLimits
     from augserve.server.launch import ServeOptions, build_state, serve_forever
+    from augserve.server.state import ServerLimits
 
     torch.set_num_threads(1)
     engine = build_engine(
@@ -155,7 +162,15 @@ def serve(port: int, model_dir: str, tools: str) -> int:
         )  # as `augserve serve`
     )
     engine.runner.sampler = SoakSampler(engine.runner.sampler, engine.tokenizer)
-    state = build_state(AsyncLLMEngine(engine), model_dir, ServeOptions((MODEL,), tools))
+    prep = (
+        PrepLimits()
+        if opts["grammar_cache_bytes"] is None
+        else PrepLimits(grammar_cache_bytes=opts["grammar_cache_bytes"])
+    )
+    options = ServeOptions((MODEL,), tools, limits=ServerLimits(prep=prep))
+    state = build_state(AsyncLLMEngine(engine), model_dir, options)
+    interval, path = opts["memory_interval"], Path(opts["memory_file"])
+    MemorySampler(engine, path, interval, opts["tracemalloc"]).start()
     return serve_forever(state, "127.0.0.1", port, None, "warning")
 
 
@@ -390,8 +405,14 @@ def main() -> int:
     p.add_argument("--hostile", type=float, default=0.0, metavar="W",
                    help="weight of the hostile requests, in all (the others weigh 1)")  # fmt: skip
     p.add_argument("--out", default="docs/soak/soak.json")
+    p.add_argument("--grammar-cache-mib", type=float, default=None,
+                   help="the server's --grammar-cache-bytes in MiB (default its own)")  # fmt: skip
+    p.add_argument("--memory-interval", type=float, default=30.0,
+                   help="seconds between the server's memory samples")  # fmt: skip
+    p.add_argument("--tracemalloc", action="store_true",
+                   help="trace the server's Python allocations (slower)")  # fmt: skip
     p.add_argument(
-        "--serve", nargs=3, metavar=("PORT", "MODEL_DIR", "TOOLS"), help=argparse.SUPPRESS
+        "--serve", nargs=4, metavar=("PORT", "MODEL_DIR", "TOOLS", "OPTS"), help=argparse.SUPPRESS
     )
     p.add_argument("--mcp", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -399,7 +420,7 @@ def main() -> int:
         mcp_main()
         return 0
     if a.serve:
-        return serve(int(a.serve[0]), a.serve[1], a.serve[2])
+        return serve(int(a.serve[0]), a.serve[1], a.serve[2], json.loads(a.serve[3]))
     import httpx
 
     root = Path(tempfile.mkdtemp(prefix="soak-"))
@@ -409,8 +430,11 @@ def main() -> int:
         port = s.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
     log = (root / "server.log").open("w")
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), model_dir, tools],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    cache = None if a.grammar_cache_mib is None else int(a.grammar_cache_mib * 2**20)
+    opts = {"grammar_cache_bytes": cache, "memory_interval": a.memory_interval,
+            "memory_file": str(root / "memory.json"), "tracemalloc": a.tracemalloc}  # fmt: skip
+    argv = [sys.executable, __file__, "--serve", str(port), model_dir, tools, json.dumps(opts)]
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -428,6 +452,8 @@ def main() -> int:
         soak = Soak(url, proc.pid, a.window, a.seed, a.hostile)
         asyncio.run(soak.run(a.minutes, a.concurrency))
         result = report(soak, wait_idle(url), a.minutes)
+        warmup = min(a.window, a.minutes * 30)
+        result["memory"] = memory_report(root / "memory.json", warmup)
         proc.send_signal(signal.SIGTERM)
         result["exit_code"] = proc.wait(60)
         result["command"] = " ".join(["python", "benchmarks/soak_server.py", *sys.argv[1:]])

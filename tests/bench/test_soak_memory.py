@@ -1,0 +1,75 @@
+"""The soak's memory samples: what the server records, and the slopes reported."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from soak_memory import MemorySampler, malloc_stats, memory_report, slope_per_hour  # noqa: E402
+
+
+def _engine(cache_bytes: int) -> SimpleNamespace:
+    cache = SimpleNamespace(bytes=cache_bytes)
+    return SimpleNamespace(masker=SimpleNamespace(built=SimpleNamespace(cache=cache)))
+
+
+def test_the_slope_is_mib_per_hour() -> None:
+    points = [(0.0, 100.0), (1800.0, 105.0), (3600.0, 110.0)]
+    assert slope_per_hour(points) == pytest.approx(10.0)
+    assert slope_per_hour(points[:2]) == 0.0  # too few points to fit
+
+
+def test_a_sample_records_rss_the_grammar_cache_and_the_heap(tmp_path: Path) -> None:
+    engine = _engine(3 * 2**20)
+    sampler = MemorySampler(engine, tmp_path / "m.json", 1.0, trace=False)
+    sampler.sample()
+    engine.masker.built.cache.bytes = 5 * 2**20
+    sampler.sample()
+    samples = json.loads((tmp_path / "m.json").read_text())["samples"]
+    assert [s["grammar_cache"] for s in samples] == [3.0, 5.0]
+    assert all(s["rss"] > 10 for s in samples)  # a Python process holds more than 10 MiB
+    if malloc_stats():  # glibc >= 2.33
+        assert all(s["malloc_used"] > 0 and s["malloc_free"] >= 0 for s in samples)
+
+
+def test_no_masker_means_no_grammar_cache(tmp_path: Path) -> None:
+    sampler = MemorySampler(SimpleNamespace(), tmp_path / "m.json", 1.0, trace=False)
+    sampler.sample()
+    assert json.loads((tmp_path / "m.json").read_text())["samples"][0]["grammar_cache"] == 0.0
+
+
+def test_rss_growth_the_cache_explains_has_no_slope_left(tmp_path: Path) -> None:
+    # RSS grows 20 MiB an hour, all of it the grammar cache filling: nothing left over
+    samples = [{"t": t, "rss": 400 + 20 * t / 3600, "grammar_cache": 20 * t / 3600}
+               for t in range(0, 3600, 300)]  # fmt: skip
+    samples.insert(0, {"t": -1.0, "rss": 900.0, "grammar_cache": 0.0})  # warm-up: dropped
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"samples": samples}))
+    slopes = memory_report(path, after_s=0.0)["slopes_mib_per_hour"]
+    assert slopes["rss"] == pytest.approx(20.0)
+    assert slopes["grammar_cache"] == pytest.approx(20.0)
+    assert slopes["rss_less_grammar_cache"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_tracemalloc_names_the_line_that_grew(tmp_path: Path) -> None:
+    import tracemalloc
+
+    sampler = MemorySampler(SimpleNamespace(), tmp_path / "m.json", 1.0, trace=True)
+    try:
+        sampler.sample()
+        hoard = [bytearray(4096) for _ in range(512)]  # 2 MiB held on this line
+        sampler.sample()
+    finally:
+        tracemalloc.stop()
+    data = json.loads((tmp_path / "m.json").read_text())
+    top = data["py_top_growth"][0]
+    assert "test_soak_memory.py" in top["where"] and top["size_diff_mib"] >= 2.0
+    assert data["samples"][1]["py_traced"] - data["samples"][0]["py_traced"] >= 2.0
+    assert len(hoard) == 512
+    assert memory_report(tmp_path / "m.json", 0.0)["py_top_growth"][0]["where"] == top["where"]
