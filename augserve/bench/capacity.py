@@ -137,29 +137,29 @@ def capacity_ratio(ours: Capacity, baseline: Capacity) -> dict[str, Any]:
     ratios = [a / b for a, b in zip(ours.per_repeat, baseline.per_repeat, strict=True)]
     iv = mean_interval(ratios)
     censored = bool(ours.censored or baseline.censored)
+    lower = ratio_lower_bound(ours, baseline, iv)
     if censored:
         iv = Interval(iv.mean, math.nan, math.nan, iv.n)
     return {"ratio": ours.rate / baseline.rate, "censored": censored, "per_repeat": ratios,
-            "interval": iv.to_dict(), "lower_bound": ratio_lower_bound(ours, baseline)}  # fmt: skip
+            "interval": iv.to_dict(), "lower_bound": lower}  # fmt: skip
 
 
-def ratio_lower_bound(ours: Capacity, baseline: Capacity) -> dict[str, Any] | None:
+def ratio_lower_bound(ours: Capacity, baseline: Capacity, iv: Interval) -> dict[str, Any] | None:
     """Where censoring leaves `capacity_ratio` no interval, a one-sided one may remain.
     A repeat whose crossing is censored "above" has its true capacity at or past the
     grid's top (its value a lower bound), and one censored "below" has it under the
     grid's bottom (its value an upper bound). So where ours is exact or censored above
     in every repeat, and the baseline exact or censored below, each per-repeat ratio
     is at most the true one, and the low end of their 95% t interval is a conservative
-    lower end for the true mean ratio (one-sided 97.5%). None where the censoring does
-    not allow it (ours below, the baseline above), or nothing is censored."""
+    lower end for the true mean ratio (one-sided 97.5%). `iv`: the per-repeat ratios'
+    interval. None where the censoring does not allow it (ours below, the baseline
+    above), or nothing is censored."""
     if not (ours.censored or baseline.censored):
         return None
     if "below" in ours.per_repeat_censored or "above" in baseline.per_repeat_censored:
         return None
     if not ours.per_repeat_censored or not baseline.per_repeat_censored:
         return None  # a Capacity made without per-repeat censoring: nothing to go on
-    ratios = [a / b for a, b in zip(ours.per_repeat, baseline.per_repeat, strict=True)]
-    iv = mean_interval(ratios)
     low = iv.low if math.isfinite(iv.low) else None
     return {"mean": iv.mean, "low": low, "n": iv.n}
 

@@ -4,9 +4,10 @@ state are in it."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from tests.integrations.protocol_runs import OURS, check_follows_config, check_quiet_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "vs_vllm"))
@@ -15,32 +16,14 @@ from bench_tools_protocol import read  # noqa: E402
 
 DATA = ROOT / "docs" / "data" / "vs-vllm-tools-protocol-r3.json"
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-tools-r3.json"
-OURS = "augserve:augserve+online"
 
 
 def test_the_run_follows_its_committed_config_with_equal_memory() -> None:
-    result, cfg = read(DATA), json.loads(CONFIG.read_text())
-    assert result["config"] == "benchmarks/configs/vs-vllm-tools-r3.json"
-    assert result["rates"] == cfg["rates"] == [1.5, 3.0, 4.5]
-    assert result["seeds"] == cfg["seeds"] and result["repeats"] == 3
-    assert result["time_scale"] == 1.0 and result["memory"] == cfg["memory"]
-    assert result["memory"]["augserve_host_tokens"] == 0  # no host pool for anyone
-    assert result["slo"] == cfg["slo"]  # fixed before the run, never re-derived
-    assert "--predictor online" in result["servers"][OURS]
-    assert "--num-device-blocks 128" in result["servers"][OURS]
-    assert "--num-gpu-blocks-override 128" in result["servers"]["vllm"]
-    # the calibration ran before the comparison, on the commit the config names
-    assert cfg["calibration"]["date"] < result["date"]
+    check_follows_config(read(DATA), CONFIG, [1.5, 3.0, 4.5])
 
 
 def test_every_cell_has_three_repeats_on_a_quiet_machine() -> None:
-    result = read(DATA)
-    cells = {(c["rate"], c["engine"]): c for c in result["cells"]}
-    assert set(cells) == {(r, e) for r in (1.5, 3.0, 4.5) for e in ("vllm", OURS)}
-    for c in cells.values():
-        assert len(c["attainment"]) == 3 and len(c["load"]) == 3
-        assert max(c["load"]) < 2.0  # quiet: nothing else ran (1-minute load average)
-    assert all(not r["errors"] for r in result["rows"])
+    check_quiet_cells(read(DATA), [1.5, 3.0, 4.5], max_load=2.0)
 
 
 def test_the_capacities_the_docs_state() -> None:

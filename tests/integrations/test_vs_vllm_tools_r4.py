@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integrations.protocol_runs import OURS, check_follows_config, check_quiet_cells
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "vs_vllm"))
 
@@ -18,31 +20,16 @@ from bench_tools_protocol import capacities, read  # noqa: E402
 DATA = ROOT / "docs" / "data" / "vs-vllm-tools-protocol-r4.json"
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-tools-r4.json"
 R3 = ROOT / "benchmarks" / "configs" / "vs-vllm-tools-r3.json"
-OURS = "augserve:augserve+online"
 
 
 def test_the_run_follows_its_committed_config_with_r3_s_slo_and_equal_memory() -> None:
-    result, cfg = read(DATA), json.loads(CONFIG.read_text())
-    assert result["config"] == "benchmarks/configs/vs-vllm-tools-r4.json"
-    assert result["rates"] == cfg["rates"] == [1.5, 4.0, 6.5]
-    assert result["seeds"] == cfg["seeds"] and result["repeats"] == 3
-    assert result["time_scale"] == 1.0 and result["memory"] == cfg["memory"]
-    assert result["memory"]["augserve_host_tokens"] == 0  # no host pool for anyone
-    assert result["slo"] == cfg["slo"] == json.loads(R3.read_text())["slo"]  # not re-derived
-    assert "--predictor online" in result["servers"][OURS]
-    assert "--num-device-blocks 128" in result["servers"][OURS]
-    assert "--num-gpu-blocks-override 128" in result["servers"]["vllm"]
-    assert cfg["calibration"]["date"] < result["date"]
+    result = read(DATA)
+    check_follows_config(result, CONFIG, [1.5, 4.0, 6.5])
+    assert result["slo"] == json.loads(R3.read_text())["slo"]  # r3's, not re-derived
 
 
 def test_every_cell_has_three_repeats_on_a_quiet_machine() -> None:
-    result = read(DATA)
-    cells = {(c["rate"], c["engine"]): c for c in result["cells"]}
-    assert set(cells) == {(r, e) for r in (1.5, 4.0, 6.5) for e in ("vllm", OURS)}
-    for c in cells.values():
-        assert len(c["attainment"]) == 3 and len(c["load"]) == 3
-        assert max(c["load"]) < 1.5  # quiet: nothing else ran (1-minute load average)
-    assert all(not r["errors"] for r in result["rows"])
+    check_quiet_cells(read(DATA), [1.5, 4.0, 6.5], max_load=1.5)
 
 
 def test_the_recomputed_capacities_are_the_cells_own() -> None:
