@@ -147,11 +147,14 @@ def serve(port: int, model_dir: str, tools: str, opts: dict[str, Any]) -> int:
 
     from augserve.engine.async_engine import AsyncLLMEngine
     from augserve.engine.builder import EngineArgs, build_engine
+    from augserve.engine.native_memory import tune_allocator
     from augserve.server.input_limits import PrepLimits
     from augserve.server.launch import ServeOptions, build_state, serve_forever
     from augserve.server.state import ServerLimits
 
     torch.set_num_threads(1)
+    if opts["malloc_tuning"]:  # as `augserve serve` (its default; --no-malloc-tuning)
+        tune_allocator()
     engine = build_engine(
         EngineArgs(
             model=model_dir,
@@ -167,7 +170,9 @@ def serve(port: int, model_dir: str, tools: str, opts: dict[str, Any]) -> int:
         if opts["grammar_cache_bytes"] is None
         else PrepLimits(grammar_cache_bytes=opts["grammar_cache_bytes"])
     )
-    options = ServeOptions((MODEL,), tools, limits=ServerLimits(prep=prep))
+    trim = 256 * 1024 if opts["malloc_tuning"] else None
+    limits = ServerLimits(prep=prep, trim_after_body_bytes=trim)
+    options = ServeOptions((MODEL,), tools, limits=limits)
     state = build_state(AsyncLLMEngine(engine), model_dir, options)
     interval, path = opts["memory_interval"], Path(opts["memory_file"])
     MemorySampler(engine, path, interval, opts["tracemalloc"]).start()
@@ -411,6 +416,8 @@ def main() -> int:
                    help="seconds between the server's memory samples")  # fmt: skip
     p.add_argument("--tracemalloc", action="store_true",
                    help="trace the server's Python allocations (slower)")  # fmt: skip
+    p.add_argument("--malloc-tuning", action=argparse.BooleanOptionalAction, default=True,
+                   help="the server's --malloc-tuning (default on, as augserve serve)")  # fmt: skip
     p.add_argument(
         "--serve", nargs=4, metavar=("PORT", "MODEL_DIR", "TOOLS", "OPTS"), help=argparse.SUPPRESS
     )
@@ -432,7 +439,8 @@ def main() -> int:
     log = (root / "server.log").open("w")
     cache = None if a.grammar_cache_mib is None else int(a.grammar_cache_mib * 2**20)
     opts = {"grammar_cache_bytes": cache, "memory_interval": a.memory_interval,
-            "memory_file": str(root / "memory.json"), "tracemalloc": a.tracemalloc}  # fmt: skip
+            "memory_file": str(root / "memory.json"), "tracemalloc": a.tracemalloc,
+            "malloc_tuning": a.malloc_tuning}  # fmt: skip
     argv = [sys.executable, __file__, "--serve", str(port), model_dir, tools, json.dumps(opts)]
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -148,6 +148,7 @@ def _serve(args: argparse.Namespace) -> int:
     from augserve.core.metrics import SLOConfig
     from augserve.engine.builder import load_latency
     from augserve.engine.gguf_dir import cache_root
+    from augserve.engine.native_memory import tune_allocator
     from augserve.engine.resolve import resolve_model
     from augserve.server.default_model import default_model
     from augserve.server.launch import ServeOptions, build_state, load_tools, serve_forever
@@ -156,6 +157,8 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     # everything that can be checked without a model first: one line, exit 2, at once
     check_port(args.host, args.port)
+    if args.malloc_tuning:  # before the model loads: its threads' arenas are bounded too
+        tune_allocator()
     keys = api_keys_of(args)
     registry = load_tools(args.tools, args.offer_server_tools)
     probe = engine_args(args, args.model or "-")  # the engine's flags, on no model yet
@@ -165,6 +168,7 @@ def _serve(args: argparse.Namespace) -> int:
         args.max_body_bytes,
         args.max_tokens_limit,
         shutdown_grace=args.shutdown_grace,
+        trim_after_body_bytes=256 * 1024 if args.malloc_tuning else None,
         read_timeout=args.read_timeout,
         write_timeout=args.write_timeout,
         idle_timeout=args.idle_timeout,

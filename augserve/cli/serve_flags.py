@@ -92,6 +92,12 @@ def model_flags(p: argparse.ArgumentParser) -> None:
         help="largest request body" + D,
     )  # fmt: skip
     g.add_argument(
+        "--malloc-tuning", action=argparse.BooleanOptionalAction, default=True,
+        help="glibc: a fixed mmap threshold, at most 2 arenas, and malloc_trim after a "
+        "request body of 256 KiB or more, so large transient requests do not grow RSS "
+        "(docs/server.md)" + D,
+    )  # fmt: skip
+    g.add_argument(
         "--shutdown-grace", type=float, default=10.0,
         help="seconds running requests get to finish on SIGINT/SIGTERM" + D,
     )  # fmt: skip

@@ -12,6 +12,7 @@ import torch
 
 from augserve.engine.loader import load_config, open_weights
 from augserve.engine.models import CausalLM, model_class
+from augserve.engine.native_memory import malloc_trim
 from augserve.engine.quant import check_loaded
 
 
@@ -39,15 +40,5 @@ def build_model(
         if bool(torch.isnan(p).any()):
             raise ValueError(f"{model_dir}: parameter {name} was not loaded (or holds NaN)")
     check_loaded(model, model_dir)
-    release_freed_memory()
+    malloc_trim()  # the loader's freed temporaries (~60 MB for quantized SmolLM2) to the OS
     return model.eval()
-
-
-def release_freed_memory() -> None:
-    """Hand the loader's freed temporaries back to the OS (glibc's malloc_trim; nothing
-    elsewhere): the quantized SmolLM2 load kept ~60 MB of them resident otherwise."""
-    import contextlib
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)

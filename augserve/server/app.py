@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from augserve.engine.native_memory import Trimmer
 from augserve.server import endpoints
 from augserve.server.chat import ChatEndpoint
 from augserve.server.completions import CompletionsEndpoint
@@ -67,6 +68,7 @@ async def drain(state: ServerState, grace: float) -> None:
 def create_app(state: ServerState, api_key: str | Sequence[str] | None = None) -> FastAPI:
     """The app; with `api_key` (one key or several: tenants) every endpoint but the
     open ones needs one of them (`server/tenancy.py`)."""
+    trimmer = Trimmer()  # large bodies' freed buffers back to the OS (native_memory.py)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -84,6 +86,7 @@ def create_app(state: ServerState, api_key: str | Sequence[str] | None = None) -
             await drain(state, state.limits.shutdown_grace)
             await state.engine.shutdown()
             await state.registry.close()
+            trimmer.close()
 
     app = FastAPI(
         title="augserve",
@@ -131,6 +134,8 @@ def create_app(state: ServerState, api_key: str | Sequence[str] | None = None) -
         max_bytes=limits.max_body_bytes,
         read_timeout=limits.read_timeout,
         write_timeout=limits.write_timeout,
+        large_body_bytes=limits.trim_after_body_bytes,
+        after_large=trimmer.request,
     )
     keys = api_keys(api_key)
     if keys:

@@ -80,7 +80,9 @@ class BodyLimitMiddleware:
     """Bodies over `max_bytes` get 413, by Content-Length or by counting a streamed
     body (which is read here in full, then handed on); a body whose next part takes
     more than `read_timeout` seconds gets 408. Sending a response part that waits more
-    than `write_timeout` seconds (a client that stopped reading) ends the request."""
+    than `write_timeout` seconds (a client that stopped reading) ends the request.
+    Once a request whose body had at least `large_body_bytes` is answered, `after_large`
+    is called (the server's `native_memory.Trimmer.request`: its buffers back to the OS)."""
 
     def __init__(
         self,
@@ -88,11 +90,15 @@ class BodyLimitMiddleware:
         max_bytes: int,
         read_timeout: float = 30.0,
         write_timeout: float = 60.0,
+        large_body_bytes: int | None = None,
+        after_large: Callable[[], None] | None = None,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.read_timeout = read_timeout
         self.write_timeout = write_timeout
+        self.large_body_bytes = large_body_bytes
+        self.after_large = after_large
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -100,6 +106,17 @@ class BodyLimitMiddleware:
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await self._too_large(send)
+        size = 0
+        try:
+            size = await self._serve(scope, receive, send)
+        finally:
+            large = self.large_body_bytes is not None and size >= self.large_body_bytes
+            if large and self.after_large is not None:
+                self.after_large()
+        return None
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> int:
+        """Reads the body, serves it; the number of body bytes read."""
         chunks: list[bytes] = []
         size, more = 0, True
         while more:
@@ -107,15 +124,17 @@ class BodyLimitMiddleware:
                 async with asyncio.timeout(self.read_timeout):
                     msg = await receive()
             except TimeoutError:
-                return await send_error(
+                await send_error(
                     send, 408, f"the request body took over {self.read_timeout:g} s to arrive"
                 )
+                return size
             if msg["type"] != "http.request":  # the client left
-                return None
+                return size
             chunks.append(msg.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                return await self._too_large(send)
+                await self._too_large(send)
+                return size
             more = bool(msg.get("more_body", False))
         replayed = False
         gone = asyncio.Event()  # the client stopped reading: it is treated as gone
@@ -137,7 +156,8 @@ class BodyLimitMiddleware:
                 log.info("a client read nothing for %g s; its request is ended", self.write_timeout)
                 gone.set()
 
-        return await self.app(scope, replay, timed_send)
+        await self.app(scope, replay, timed_send)
+        return size
 
     async def _too_large(self, send: Send) -> None:
         await send_error(send, 413, f"the request body is larger than {self.max_bytes} bytes")

@@ -32,6 +32,8 @@ class ServerLimits:
     write_timeout: float = 60.0  # seconds a response part may wait on a client not reading
     idle_timeout: float = 5.0  # seconds a keep-alive connection may idle between requests
     prep: PrepLimits = PrepLimits()  # request preparation: pools, schema and tool limits
+    # a request body this large is followed by a malloc_trim (engine/native_memory.py)
+    trim_after_body_bytes: int | None = 256 * 1024
 
     def __post_init__(self) -> None:
         for name in ("read_timeout", "write_timeout", "idle_timeout"):
@@ -45,6 +47,10 @@ class ServerLimits:
             raise ValueError(f"max_n must be in [1, 16], got {self.max_n}")
         if self.shutdown_grace < 0:
             raise ValueError(f"shutdown_grace must be >= 0, got {self.shutdown_grace}")
+        if self.trim_after_body_bytes is not None and self.trim_after_body_bytes < 1:
+            raise ValueError(
+                f"trim_after_body_bytes must be >= 1 or None, got {self.trim_after_body_bytes}"
+            )
 
 
 @dataclass
