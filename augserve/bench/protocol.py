@@ -86,6 +86,8 @@ class ComparisonConfig:
     slo: SLO
     settings: Mapping[str, Any] = field(default_factory=dict)  # engine flags: block size, ...
     calibration: Mapping[str, Any] = field(default_factory=dict)  # how the SLO was fixed
+    # a run in parts (one per session): which repeats each part runs, fixed in advance
+    split: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.time_scale <= 1:
@@ -101,6 +103,13 @@ class ComparisonConfig:
                              f"{self.duration_s}, {self.drain_s}")  # fmt: skip
         if len(self.seeds) < MIN_REPEATS or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds: at least {MIN_REPEATS} distinct, got {list(self.seeds)}")
+        if self.split is not None:
+            flat = sorted(r for part in self.split for r in part)
+            if flat != list(range(len(self.seeds))) or not all(self.split):
+                raise ValueError(
+                    f"split: non-empty parts that run each repeat 0..{len(self.seeds) - 1} "
+                    f"once, got {[list(p) for p in self.split]}"
+                )
 
     def workload_seed(self, repeat: int, rate_index: int) -> int:
         """The seed of the workload at rate `rate_index` in `repeat`: every system runs
@@ -110,8 +119,9 @@ class ComparisonConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ComparisonConfig:
         known = {"name", "workload", "time_scale", "length_scale", "rates", "duration_s",
-                 "drain_s", "seeds", "memory", "slo", "settings", "calibration"}  # fmt: skip
-        missing = sorted(known - {"settings", "calibration"} - set(d))
+                 "drain_s", "seeds", "memory", "slo", "settings", "calibration",
+                 "split"}  # fmt: skip
+        missing = sorted(known - {"settings", "calibration", "split"} - set(d))
         if missing:
             raise ValueError(f"config: missing field(s) {', '.join(missing)}")
         extra = sorted(set(d) - known - {"comment"})
@@ -126,6 +136,8 @@ class ComparisonConfig:
             drain_s=float(d["drain_s"]), seeds=tuple(int(s) for s in d["seeds"]),
             memory=Memory(**d["memory"]), slo=SLO(**d["slo"]),
             settings=dict(d.get("settings", {})), calibration=dict(d.get("calibration", {})),
+            split=None if d.get("split") is None
+            else tuple(tuple(int(r) for r in part) for part in d["split"]),
         )  # fmt: skip
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import os
 import signal
@@ -58,6 +59,7 @@ AGENT_WORKLOADS = ("agent-sessions", "bfcl-multi-turn")  # run through the agent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
+from bench_parts import parse_repeats, part_file  # noqa: E402
 from bench_plugin import CPU_ENV, VLLM_PY, prefill_time  # noqa: E402
 from bench_tools_protocol import (  # noqa: E402
     apply_config,
@@ -215,6 +217,11 @@ def parse_args() -> argparse.Namespace:
         help="bytes/s in augserve's profile (default: measured on this machine, request-sized)",
     )  # fmt: skip
     p.add_argument("--out", default="runs/vs_vllm/tools/results.json")
+    p.add_argument(
+        "--repeats", default=None,
+        help="run only these repeats (e.g. '0' or '1,2'): a part of a run split across "
+        "sessions, written as a part file for bench_parts.py (default: every repeat)",
+    )  # fmt: skip
     args = p.parse_args()
     raw = json.loads(Path(args.config).read_text())
     args.raw_config = raw
@@ -225,6 +232,15 @@ def parse_args() -> argparse.Namespace:
         apply_config(args, args.cfg)
     except (ValueError, TypeError) as exc:
         p.error(f"--config {args.config}: {exc}")
+    n = len(args.cfg.seeds)
+    try:
+        args.repeat_indices = (
+            tuple(range(n))
+            if args.repeats is None
+            else parse_repeats(args.repeats, n, args.cfg.split)
+        )
+    except ValueError as exc:
+        p.error(str(exc))
     for pol in args.policies:
         if pol not in POLICIES:
             p.error(f"--config: unknown policy {pol!r} (one of {', '.join(POLICIES)})")
@@ -249,7 +265,7 @@ def main() -> None:
         for srv in servers:
             srv.stop()
     print(result["table"])
-    print(f"\nSLO: {result['slo']['source']}; written to {out}")
+    print(f"\nSLO: {args.cfg.slo.source}; written to {out}")
 
 
 def calibrate(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> None:
@@ -340,7 +356,7 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
     scale = Scale(length=args.length_scale, time=args.time_scale)
     rows: list[dict[str, Any]] = []
     names = list(named)
-    for rep in range(len(cfg.seeds)):
+    for rep in args.repeat_indices:
         for k, rate in enumerate(cfg.rates):
             seed = cfg.workload_seed(rep, k)
             workload = build_workload(rate, args.duration, seed, scale, vocab, args.workload)
@@ -349,8 +365,7 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
                 rows.append(_cell_run(args, name, named[name], workload, slo, rate, rep, seed))
                 with out.with_suffix(".rows.jsonl").open("a") as fh:  # kept if the run dies
                     fh.write(json.dumps(rows[-1]) + "\n")
-    result = build_result(
-        cfg, args.config, " ".join([sys.executable, *sys.argv]), rows, commit,
+    meta = dict(
         wall_s=round(time.monotonic() - t_start, 1), cpu=cpu_flags(),
         vllm={"iteration_s": v_iter, "prefill_256_s": v_prefill},
         augserve={"iteration_s": a_iter, "prefill_256_s": a_prefill},
@@ -359,6 +374,15 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
                  "VLLM_CPU_OMP_THREADS_BIND": args.vllm_omp_threads_bind},
         swap_bandwidth=args.swap_bandwidth,
     )  # fmt: skip
+    command = " ".join([sys.executable, *sys.argv])
+    if args.repeats is not None:  # a part: rows only, merged later (bench_parts.py)
+        result = part_file(args.config, args.repeat_indices, rows, commit=commit,
+                           date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                           command=command, **meta)  # fmt: skip
+        result["table"] = table(rows)
+        out.write_text(json.dumps(result, indent=2))
+        return result
+    result = build_result(cfg, args.config, command, rows, commit, **meta)
     result["table"] = table(rows) + "\n\n" + cells_table(result)
     out.write_text(json.dumps(result, indent=2))
     return result

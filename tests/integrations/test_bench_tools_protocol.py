@@ -69,10 +69,9 @@ def _replay(met: int, n: int) -> Replay:
     return Replay(recs, {})
 
 
-def test_a_synthetic_run_writes_the_protocols_result_file(tmp_path: Path) -> None:
-    raw = _raw()
-    cfg = protocol.ComparisonConfig.from_dict(raw)
-    args, slo = _args(raw), btp.slo_config(cfg)
+def synthetic_rows(cfg: protocol.ComparisonConfig, args: argparse.Namespace) -> list[Any]:
+    """Rows of a small run: 3 repeats x 2 rates x 2 engines, 10 requests each."""
+    slo = btp.slo_config(cfg)
     met = {("vllm", 1.0): (10, 10, 9), ("vllm", 2.0): (6, 7, 5),
            ("augserve:augserve+online", 1.0): (10, 10, 10),
            ("augserve:augserve+online", 2.0): (10, 9, 10)}  # of 10 requests  # fmt: skip
@@ -83,6 +82,13 @@ def test_a_synthetic_run_writes_the_protocols_result_file(tmp_path: Path) -> Non
                 row = row_for(rate, engine, _replay(met[(engine, rate)][rep], 10), slo, args,
                               2.5 + rep, None)  # fmt: skip
                 rows.append({**row, "repeat": rep, "seed": cfg.workload_seed(rep, k)})
+    return rows
+
+
+def test_a_synthetic_run_writes_the_protocols_result_file(tmp_path: Path) -> None:
+    raw = _raw()
+    cfg = protocol.ComparisonConfig.from_dict(raw)
+    rows = synthetic_rows(cfg, _args(raw))
     result = btp.build_result(cfg, "cfg.json", "bench_tools.py --config cfg.json", rows)
     path = tmp_path / "results.json"
     path.write_text(json.dumps(result))
