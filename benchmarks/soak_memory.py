@@ -27,6 +27,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from augserve.engine.grammar_cache import engine_cache_bytes
+
 MIB = 2**20
 
 
@@ -55,8 +57,7 @@ def rss_mib() -> float:
 
 
 def grammar_cache_mib(engine: Any) -> float:
-    cache = getattr(getattr(getattr(engine, "masker", None), "built", None), "cache", None)
-    return cache.bytes / MIB if cache is not None else 0.0
+    return engine_cache_bytes(engine) / MIB
 
 
 def _top_growth(first: tracemalloc.Snapshot, last: tracemalloc.Snapshot) -> list[dict[str, Any]]:

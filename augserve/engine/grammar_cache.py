@@ -21,6 +21,13 @@ DEFAULT_BYTES = 256 * 2**20
 _BYTES_PER_SOURCE_CHAR = 256  # a rough size where xgrammar gives none
 
 
+def engine_cache_bytes(engine: Any) -> int:
+    """Bytes held by `engine`'s grammar cache; 0 before its masker is first built."""
+    masker = getattr(getattr(engine, "masker", None), "built", None)
+    cache = getattr(masker, "cache", None)
+    return int(cache.bytes) if cache is not None else 0
+
+
 def grammar_bytes(compiled: Any, source: str = "") -> int:
     """The memory a compiled grammar holds (xgrammar's figure, else an estimate)."""
     size = getattr(compiled, "memory_size_bytes", None)

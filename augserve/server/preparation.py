@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from augserve.engine.grammar_cache import engine_cache_bytes
 from augserve.engine.sampling_params import GrammarSpec
 from augserve.server.errors import APIError
 from augserve.server.input_limits import PrepLimits
@@ -156,10 +157,8 @@ class PrepCollector:
             "Grammar compiles abandoned past --grammar-compile-timeout",
             p.compile_timeouts,
         )
-        masker = getattr(getattr(self.engine, "masker", None), "built", None)
-        cache = getattr(masker, "cache", None)
         yield GaugeMetricFamily(
             "augserve_grammar_cache_bytes",
             "Bytes of the compiled grammars kept (bounded by --grammar-cache-bytes)",
-            cache.bytes if cache is not None else 0,
+            engine_cache_bytes(self.engine),
         )

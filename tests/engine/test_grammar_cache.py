@@ -56,3 +56,16 @@ def test_300_distinct_schemas_keep_the_compiled_grammars_within_the_bound(
     # a spec that carries its compiled grammar needs no cache at all
     carried = GrammarSpec("json_schema", "{}", compiled=one)
     assert masker.compile(carried) is one and carried == GrammarSpec("json_schema", "{}")
+
+
+def test_an_engines_cache_bytes_are_zero_before_its_masker_is_built() -> None:
+    from types import SimpleNamespace
+
+    from augserve.engine.grammar_cache import engine_cache_bytes
+
+    assert engine_cache_bytes(SimpleNamespace()) == 0  # no masker at all
+    assert engine_cache_bytes(SimpleNamespace(masker=SimpleNamespace(built=None))) == 0
+    cache = GrammarCache[str](max_bytes=1000)
+    cache.put("a", object(), 300)
+    engine = SimpleNamespace(masker=SimpleNamespace(built=SimpleNamespace(cache=cache)))
+    assert engine_cache_bytes(engine) == 300
