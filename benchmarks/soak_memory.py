@@ -10,6 +10,11 @@ keeping freed pages. So the server samples, every `interval` seconds:
 - `malloc_used` / `malloc_free`: glibc's `mallinfo2()` summed over every arena, the
   bytes handed out (small blocks plus mmapped ones) and the bytes freed but kept in
   the arenas (fragmentation: RSS the program no longer uses);
+- `rss_anon` / `rss_file`: the resident set split into anonymous memory (heaps,
+  arenas, stacks) and file-backed pages (the code and data of the libraries, which
+  grow as new code paths run and stop there), from `/proc/self/smaps_rollup`;
+- `py_blocks`: the thousands of blocks Python's small-object allocator has handed out
+  (`sys.getallocatedblocks`): flat if Python's objects do not grow;
 - `py_traced`: with `tracemalloc` on (a diagnostic run: it slows every allocation),
   the bytes Python objects hold, and at the end the source lines whose allocations
   grew most since the first sample.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import sys
 import threading
 import time
 import tracemalloc
@@ -49,6 +55,17 @@ def malloc_stats() -> dict[str, float]:
     fn.restype = _MallInfo2
     m = fn()
     return {"malloc_used": (m.uordblks + m.hblkhd) / MIB, "malloc_free": m.fordblks / MIB}
+
+
+def rss_split() -> dict[str, float]:
+    """Anonymous and file-backed resident MiB (empty where /proc has no smaps_rollup)."""
+    try:
+        lines = Path("/proc/self/smaps_rollup").read_text().splitlines()
+    except OSError:
+        return {}
+    kib = {x.split(":")[0]: int(x.split()[1]) for x in lines[1:] if x.endswith("kB")}
+    anon = kib.get("Anonymous", 0)
+    return {"rss_anon": anon / 1024, "rss_file": (kib.get("Rss", 0) - anon) / 1024}
 
 
 def rss_mib() -> float:
@@ -93,7 +110,8 @@ class MemorySampler:
 
     def sample(self) -> None:
         s = {"t": time.monotonic() - self.t0, "rss": rss_mib(),
-             "grammar_cache": grammar_cache_mib(self.engine), **malloc_stats()}  # fmt: skip
+             "grammar_cache": grammar_cache_mib(self.engine), **malloc_stats(),
+             **rss_split(), "py_blocks": sys.getallocatedblocks() / 1000}  # fmt: skip
         out: dict[str, Any] = {"samples": self.samples}
         if self.trace:
             s["py_traced"] = tracemalloc.get_traced_memory()[0] / MIB
@@ -131,9 +149,15 @@ def memory_report(path: Path, after_s: float) -> dict[str, Any]:
         "end": data["samples"][-1] if data["samples"] else None,
         "slopes_mib_per_hour": {k: slope_per_hour([(s["t"], s[k]) for s in samples]) for k in keys},
     }
-    out["slopes_mib_per_hour"]["rss_less_grammar_cache"] = slope_per_hour(
+    slopes = out["slopes_mib_per_hour"]
+    slopes["rss_less_grammar_cache"] = slope_per_hour(
         [(s["t"], s["rss"] - s["grammar_cache"]) for s in samples]
     )
+    if samples and {"rss_anon", "malloc_used", "malloc_free"} <= set(samples[0]):
+        # anonymous memory glibc's heap does not account for: Python's arenas, stacks
+        slopes["anon_outside_malloc"] = slope_per_hour(
+            [(s["t"], s["rss_anon"] - s["malloc_used"] - s["malloc_free"]) for s in samples]
+        )
     if "py_top_growth" in data:
         out["py_top_growth"] = data["py_top_growth"]
     return out

@@ -36,6 +36,16 @@ def test_a_sample_records_rss_the_grammar_cache_and_the_heap(tmp_path: Path) -> 
     assert all(s["rss"] > 10 for s in samples)  # a Python process holds more than 10 MiB
     if malloc_stats():  # glibc >= 2.33
         assert all(s["malloc_used"] > 0 and s["malloc_free"] >= 0 for s in samples)
+    if Path("/proc/self/smaps_rollup").exists():
+        for s in samples:  # anonymous + file-backed make up the resident set
+            assert s["rss_anon"] > 0 and s["rss_file"] > 0
+            assert s["rss_anon"] + s["rss_file"] == pytest.approx(s["rss"], rel=0.1)
+    assert samples[0]["py_blocks"] > 1  # thousands of blocks: any Python process has more
+    held = [object() for _ in range(20_000)]
+    sampler.sample()
+    blocks = json.loads((tmp_path / "m.json").read_text())["samples"][-1]["py_blocks"]
+    assert blocks - samples[-1]["py_blocks"] >= 19  # 20,000 more objects: 20 thousand blocks
+    del held
 
 
 def test_no_masker_means_no_grammar_cache(tmp_path: Path) -> None:
@@ -55,6 +65,19 @@ def test_rss_growth_the_cache_explains_has_no_slope_left(tmp_path: Path) -> None
     assert slopes["rss"] == pytest.approx(20.0)
     assert slopes["grammar_cache"] == pytest.approx(20.0)
     assert slopes["rss_less_grammar_cache"] == pytest.approx(0.0, abs=1e-6)
+    assert "anon_outside_malloc" not in slopes  # no anonymous / heap samples: not computed
+
+
+def test_anonymous_memory_outside_the_heap_has_its_own_slope(tmp_path: Path) -> None:
+    # glibc's heap flat; anonymous memory grows 12 MiB an hour: outside malloc, 12
+    samples = [{"t": t, "rss": 500.0, "grammar_cache": 0.0, "malloc_used": 170.0,
+                "malloc_free": 5.0, "rss_anon": 300 + 12 * t / 3600, "rss_file": 200.0}
+               for t in range(0, 3600, 300)]  # fmt: skip
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"samples": samples}))
+    slopes = memory_report(path, after_s=0.0)["slopes_mib_per_hour"]
+    assert slopes["anon_outside_malloc"] == pytest.approx(12.0)
+    assert slopes["malloc_used"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_tracemalloc_names_the_line_that_grew(tmp_path: Path) -> None:
