@@ -1,6 +1,6 @@
 """A protocol run split across sessions: each part runs some of the config's repeats
 (`bench_tools.py --repeats 0`), and `merge_parts` joins the parts into the one result
-file a whole run writes (docs/benchmarking.md, "A run in parts").
+file a whole run writes (docs/benchmarking.md, section 2, "A run in parts").
 
     python benchmarks/vs_vllm/bench_parts.py --config CONFIG --out results.json \\
         part-0.json part-1.json part-2.json
