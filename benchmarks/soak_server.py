@@ -13,7 +13,8 @@ server (stdio, this file with `--mcp`) has a `crash` tool that ends its process;
 supervisor must start it again for the next MCP call. `--hostile W` mixes in, with
 weight W in all, the hostile requests of `bench_adversarial.py` (a 200,000-value
 enum, 2,000 tools with tool_choice "required", a 3.9 MB /tokenize: each must get
-its 400; a distinct small schema each time: must be served), and /health is probed
+its 400; a distinct small schema each time: must be served; `--hostile-kinds schema`
+sends one kind only), and /health is probed
 twice a second throughout. Reports: requests sent and lost (no complete answer, or
 a hostile request without its expected status; must be 0), errors by kind,
 /health's p50/p99/max, the server's RSS slope (MiB/hour,
@@ -150,7 +151,7 @@ def serve(port: int, model_dir: str, tools: str, opts: dict[str, Any]) -> int:
     from augserve.engine.native_memory import tune_allocator
     from augserve.server.input_limits import PrepLimits
     from augserve.server.launch import ServeOptions, build_state, serve_forever
-    from augserve.server.state import ServerLimits
+    from augserve.server.state import TRIM_AFTER_BODY_BYTES, ServerLimits
 
     torch.set_num_threads(1)
     if opts["malloc_tuning"]:  # as `augserve serve` (its default; --no-malloc-tuning)
@@ -170,7 +171,7 @@ def serve(port: int, model_dir: str, tools: str, opts: dict[str, Any]) -> int:
         if opts["grammar_cache_bytes"] is None
         else PrepLimits(grammar_cache_bytes=opts["grammar_cache_bytes"])
     )
-    trim = 256 * 1024 if opts["malloc_tuning"] else None
+    trim = TRIM_AFTER_BODY_BYTES if opts["malloc_tuning"] else None
     limits = ServerLimits(prep=prep, trim_after_body_bytes=trim)
     options = ServeOptions((MODEL,), tools, limits=limits)
     state = build_state(AsyncLLMEngine(engine), model_dir, options)
@@ -233,12 +234,31 @@ def write_tools(root: Path) -> str:
 
 
 # --- the clients -------------------------------------------------------------------------
+def hostile_weights(hostile: float, kinds: list[str] | None = None) -> dict[str, float]:
+    """Each scenario's weight: the hostile weight `hostile` split evenly among `kinds`
+    (short names, e.g. "schema"; default all four), the other hostile kinds 0."""
+    chosen = [f"hostile_{k}" for k in kinds] if kinds else HOSTILE
+    unknown = sorted(set(chosen) - set(HOSTILE))
+    if unknown:
+        raise ValueError(f"hostile_kinds: unknown {unknown}; known {HOSTILE}")
+    weights = {k: SCENARIOS[k][0] for k in KINDS}
+    for k in chosen:
+        weights[k] = hostile / len(chosen)
+    return weights
+
+
 class Soak:
-    def __init__(self, url: str, pid: int, window: float, seed: int, hostile: float = 0.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        pid: int,
+        window: float,
+        seed: int,
+        hostile: float = 0.0,
+        hostile_kinds: list[str] | None = None,
+    ) -> None:
         self.url = url
-        self.weights = {k: SCENARIOS[k][0] for k in KINDS}
-        for k in HOSTILE:
-            self.weights[k] = hostile / len(HOSTILE)
+        self.weights = hostile_weights(hostile, hostile_kinds)
         self.health: list[tuple[float, float, int]] = []  # (time, latency, status)
         self.pid = pid
         self.window = window
@@ -409,6 +429,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--hostile", type=float, default=0.0, metavar="W",
                    help="weight of the hostile requests, in all (the others weigh 1)")  # fmt: skip
+    p.add_argument("--hostile-kinds", default=None, metavar="K,K",
+                   help="only these hostile kinds of enum, tools, tokenize, schema")  # fmt: skip
     p.add_argument("--out", default="docs/soak/soak.json")
     p.add_argument("--grammar-cache-mib", type=float, default=None,
                    help="the server's --grammar-cache-bytes in MiB (default its own)")  # fmt: skip
@@ -457,7 +479,8 @@ def main() -> int:
             if time.monotonic() > deadline:
                 raise SystemExit("the server did not start")
             time.sleep(0.5)
-        soak = Soak(url, proc.pid, a.window, a.seed, a.hostile)
+        kinds = a.hostile_kinds.split(",") if a.hostile_kinds else None
+        soak = Soak(url, proc.pid, a.window, a.seed, a.hostile, kinds)
         asyncio.run(soak.run(a.minutes, a.concurrency))
         result = report(soak, wait_idle(url), a.minutes)
         warmup = min(a.window, a.minutes * 30)

@@ -152,7 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
     from augserve.engine.resolve import resolve_model
     from augserve.server.default_model import default_model
     from augserve.server.launch import ServeOptions, build_state, load_tools, serve_forever
-    from augserve.server.state import ServerLimits
+    from augserve.server.state import TRIM_AFTER_BODY_BYTES, ServerLimits
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     # everything that can be checked without a model first: one line, exit 2, at once
@@ -168,7 +168,7 @@ def _serve(args: argparse.Namespace) -> int:
         args.max_body_bytes,
         args.max_tokens_limit,
         shutdown_grace=args.shutdown_grace,
-        trim_after_body_bytes=256 * 1024 if args.malloc_tuning else None,
+        trim_after_body_bytes=TRIM_AFTER_BODY_BYTES if args.malloc_tuning else None,
         read_timeout=args.read_timeout,
         write_timeout=args.write_timeout,
         idle_timeout=args.idle_timeout,

@@ -65,9 +65,11 @@ def tune_allocator(tuning: AllocatorTuning = AllocatorTuning()) -> bool:
     if libc is None:
         log.info("not glibc: the allocator is left as it is")
         return False
-    ok = bool(libc.mallopt(M_MMAP_THRESHOLD, tuning.mmap_threshold_bytes) == 1)
-    ok = libc.mallopt(M_ARENA_MAX, tuning.arena_max) == 1 and ok
-    return ok
+    done = [
+        libc.mallopt(M_MMAP_THRESHOLD, tuning.mmap_threshold_bytes),
+        libc.mallopt(M_ARENA_MAX, tuning.arena_max),
+    ]  # both are tried; mallopt returns 1 on success
+    return all(r == 1 for r in done)
 
 
 def malloc_trim() -> bool:
@@ -90,7 +92,7 @@ class Trimmer:
             raise ValueError(f"min_interval must be >= 0, got {min_interval}")
         self.min_interval = min_interval
         self.trim = trim
-        self.count = 0  # trims run so far
+        self.count = 0  # trims run so far (written by the trim thread only)
         self._asked = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()

@@ -20,6 +20,7 @@ from augserve.server.protocol import MAX_LOGPROBS, ResponseFormat, _SamplingFiel
 from augserve.server.tool_registry import ToolRegistry
 
 SEED_MOD = 2**32  # the sampler mixes seeds into a 64-bit generator seed
+TRIM_AFTER_BODY_BYTES = 256 * 1024  # ServerLimits' default: a body this large is followed by a trim
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class ServerLimits:
     idle_timeout: float = 5.0  # seconds a keep-alive connection may idle between requests
     prep: PrepLimits = PrepLimits()  # request preparation: pools, schema and tool limits
     # a request body this large is followed by a malloc_trim (engine/native_memory.py)
-    trim_after_body_bytes: int | None = 256 * 1024
+    trim_after_body_bytes: int | None = TRIM_AFTER_BODY_BYTES
 
     def __post_init__(self) -> None:
         for name in ("read_timeout", "write_timeout", "idle_timeout"):

@@ -96,3 +96,16 @@ def test_tracemalloc_names_the_line_that_grew(tmp_path: Path) -> None:
     assert data["samples"][1]["py_traced"] - data["samples"][0]["py_traced"] >= 2.0
     assert len(hoard) == 512
     assert memory_report(tmp_path / "m.json", 0.0)["py_top_growth"][0]["where"] == top["where"]
+
+
+def test_the_hostile_weight_goes_to_the_kinds_asked_for() -> None:
+    from soak_server import HOSTILE, hostile_weights
+
+    every = hostile_weights(0.4)
+    assert [every[k] for k in HOSTILE] == pytest.approx([0.1] * 4)
+    one = hostile_weights(0.4, ["schema"])
+    assert one["hostile_schema"] == pytest.approx(0.4)
+    assert sum(one[k] for k in HOSTILE) == pytest.approx(0.4)
+    assert one["plain"] == every["plain"] > 0  # the other scenarios keep their weights
+    with pytest.raises(ValueError, match="hostile_kinds"):
+        hostile_weights(0.4, ["schemas"])
