@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from augserve.engine.grammar import GrammarMasker
-from augserve.engine.grammar_cache import GrammarCache, grammar_bytes
+from augserve.engine.grammar_cache import ENTRY_OVERHEAD_BYTES, GrammarCache, grammar_bytes
 from augserve.engine.sampling_params import GrammarSpec
 from augserve.engine.tokenizer import Tokenizer
 
@@ -34,8 +34,8 @@ def test_a_grammars_size_is_xgrammars_figure_or_an_estimate() -> None:
     class Sized:
         memory_size_bytes = 12345
 
-    assert grammar_bytes(Sized(), "x") == 12345
-    assert grammar_bytes(object(), "abcd") == 4 * 256
+    assert grammar_bytes(Sized(), "x") == 12345 + ENTRY_OVERHEAD_BYTES
+    assert grammar_bytes(object(), "abcd") == 4 * 256 + ENTRY_OVERHEAD_BYTES
 
 
 def test_300_distinct_schemas_keep_the_compiled_grammars_within_the_bound(
@@ -69,3 +69,49 @@ def test_an_engines_cache_bytes_are_zero_before_its_masker_is_built() -> None:
     cache.put("a", object(), 300)
     engine = SimpleNamespace(masker=SimpleNamespace(built=SimpleNamespace(cache=cache)))
     assert engine_cache_bytes(engine) == 300
+
+
+def _heap_bytes() -> int | None:
+    """glibc's heap in use (small blocks + mmapped), None where not glibc >= 2.33."""
+    import ctypes
+
+    class Info(ctypes.Structure):
+        names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+        _fields_ = [(n, ctypes.c_size_t) for n in names.split()]
+
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = Info
+    info = fn()
+    return int(info.uordblks + info.hblkhd)
+
+
+def test_the_heap_stops_growing_at_the_bound_and_the_bound_counts_it(
+    model_dirs: dict[str, Path],
+) -> None:
+    """The soak's distinct schemas: the heap grows with the cache up to its bound (by no
+    more than the cache says it holds), then stays put while entries are evicted."""
+    if _heap_bytes() is None:
+        pytest.skip("needs glibc's mallinfo2 (glibc >= 2.33)")
+    tok = Tokenizer(model_dirs["llama_gqa"])
+    masker = GrammarMasker(tok.backend, tok.vocab_size, [1])
+    one = masker.compile(GrammarSpec("json_schema", json.dumps({"type": "integer"})))
+    per_entry = grammar_bytes(one)
+    masker.cache.max_bytes = 60 * per_entry
+
+    def compile_distinct(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            schema = {"type": "object", "properties": {f"field_{i}": {"type": "integer"}}}
+            masker.compile(GrammarSpec("json_schema", json.dumps(schema)))
+
+    start = _heap_bytes()
+    compile_distinct(0, 150)  # past the bound: the cache is full
+    full = _heap_bytes()
+    assert start is not None and full is not None and masker.cache.evictions > 0
+    assert full - start <= masker.cache.bytes  # the bound counts what the heap holds
+    compile_distinct(150, 300)  # 300 more, each evicting one
+    end = _heap_bytes()
+    assert end is not None and masker.cache.evictions >= 300
+    assert end - full < 30 * per_entry  # a leak of a tenth of each entry would fail
