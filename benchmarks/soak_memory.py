@@ -135,9 +135,38 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
     return float(np.polyfit(t, v, 1)[0] * 3600)
 
 
-def memory_report(path: Path, after_s: float) -> dict[str, Any]:
+def robust_slope_per_hour(points: list[tuple[float, float]]) -> float:
+    """The Theil-Sen slope (the median of the slopes between every pair of points), in
+    MiB per hour: a few transient spikes, which move least squares, barely move it."""
+    import numpy as np
+
+    if len(points) < 3:
+        return 0.0
+    t, v = (np.asarray(x, dtype=float) for x in zip(*points, strict=True))
+    i, j = np.triu_indices(len(t), k=1)
+    dt = t[j] - t[i]
+    keep = dt > 0
+    return float(np.median((v[j] - v[i])[keep] / dt[keep]) * 3600)
+
+
+def window_floors(points: list[tuple[float, float]], window_s: float) -> list[float]:
+    """The lowest value in each `window_s` window, from the first point on: a holder
+    that only grows lifts the floor; transient buffers come and go above it."""
+    if not points:
+        return []
+    t0 = points[0][0]
+    floors: dict[int, float] = {}
+    for t, v in points:
+        w = int((t - t0) // window_s)
+        floors[w] = min(v, floors.get(w, v))
+    return [floors[w] for w in sorted(floors)]
+
+
+def memory_report(path: Path, after_s: float, window_s: float = 300.0) -> dict[str, Any]:
     """The slopes of each sampled quantity after `after_s` seconds (the warm-up), RSS
-    less the grammar cache among them, and tracemalloc's top growth if it ran."""
+    less the grammar cache among them, by least squares and by Theil-Sen, the floors
+    of RSS and the heap in use per window, the samples themselves, and tracemalloc's
+    top growth if it ran."""
     if not path.exists():
         return {}
     data = json.loads(path.read_text())
@@ -158,6 +187,14 @@ def memory_report(path: Path, after_s: float) -> dict[str, Any]:
         slopes["anon_outside_malloc"] = slope_per_hour(
             [(s["t"], s["rss_anon"] - s["malloc_used"] - s["malloc_free"]) for s in samples]
         )
+    out["robust_slopes_mib_per_hour"] = {
+        k: robust_slope_per_hour([(s["t"], s[k]) for s in samples]) for k in keys
+    }
+    out["window_floors_mib"] = {
+        k: window_floors([(s["t"], s[k]) for s in samples], window_s)
+        for k in ("rss", "malloc_used") if k in keys
+    }  # fmt: skip
+    out["samples"] = data["samples"]
     if "py_top_growth" in data:
         out["py_top_growth"] = data["py_top_growth"]
     return out

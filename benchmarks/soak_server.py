@@ -41,7 +41,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from soak_memory import memory_report
+from soak_memory import memory_report, robust_slope_per_hour, slope_per_hour
 
 HERE = Path(__file__).resolve().parent
 MODEL = "soak"
@@ -75,7 +75,8 @@ def hostile_request(kind: str, n: int) -> tuple[str, dict[str, Any], int]:
         params = {"type": "object", "properties": {"x": {"type": "integer"}}}
         tools = [{"type": "function", "function": {"name": f"t{k}", "parameters": params}}
                  for k in range(2000)]  # fmt: skip
-        body = {"model": MODEL, "messages": user, "tools": tools, "tool_choice": "required"}
+        body: dict[str, Any] = {"model": MODEL, "messages": user, "tools": tools,
+                                "tool_choice": "required"}  # fmt: skip
         return "/v1/chat/completions", body, 400
     if kind == "hostile_enum":
         schema: dict[str, Any] = {"type": "string", "enum": [f"v{k}" for k in range(200_000)]}
@@ -89,7 +90,7 @@ def hostile_request(kind: str, n: int) -> tuple[str, dict[str, Any], int]:
 
 
 # --- tools the server runs (`soak_server:NAME`) ------------------------------------------
-def get_weather(city: str) -> dict:
+def get_weather(city: str) -> dict[str, Any]:
     return {"city": city, "temp": 21}
 
 
@@ -121,8 +122,8 @@ class SoakSampler:
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         return deque(ids + self.tokenizer.encode(" done", add_special_tokens=False))
 
-    def __call__(self, logits: Any, params: list[Any], positions: Any = None) -> list:
-        out = self.base(logits, params, positions)
+    def __call__(self, logits: Any, params: list[Any], positions: Any = None) -> list[Any]:
+        out: list[Any] = self.base(logits, params, positions)
         for row, p in enumerate(params):
             if p.seed is None or p.seed < 1000:
                 continue
@@ -165,7 +166,8 @@ def serve(port: int, model_dir: str, tools: str, opts: dict[str, Any]) -> int:
             enable_prefix_caching=True,
         )  # as `augserve serve`
     )
-    engine.runner.sampler = SoakSampler(engine.runner.sampler, engine.tokenizer)
+    sampler = SoakSampler(engine.runner.sampler, engine.tokenizer)
+    engine.runner.sampler = sampler  # type: ignore[assignment]
     prep = (
         PrepLimits()
         if opts["grammar_cache_bytes"] is None
@@ -302,7 +304,9 @@ class Soak:
         rec["latency"] = time.monotonic() - start
         self.records.append(rec)
 
-    async def _stream(self, client: Any, body: dict, rec: dict, cut: bool) -> None:
+    async def _stream(
+        self, client: Any, body: dict[str, Any], rec: dict[str, Any], cut: bool
+    ) -> None:
         async with client.stream("POST", self.url + "/v1/chat/completions", json=body) as r:
             rec["status"] = r.status_code
             n = 0
@@ -361,7 +365,7 @@ def report(soak: Soak, final: dict[str, float], minutes: float) -> dict[str, Any
                             "p50_s": float(np.percentile(lat, 50)),
                             "p99_s": float(np.percentile(lat, 99))})  # fmt: skip
     after = [(t, m) for t, m in soak.rss if t >= min(soak.window, minutes * 30)]
-    slope = float(np.polyfit(*zip(*after, strict=True), 1)[0] * 3600) if len(after) > 2 else 0.0
+    slope = slope_per_hour(after)
     return {
         "minutes": minutes,
         "requests": len(recs),
@@ -372,6 +376,7 @@ def report(soak: Soak, final: dict[str, float], minutes: float) -> dict[str, Any
         "rss_mib_start": soak.rss[0][1] if soak.rss else None,
         "rss_mib_end": soak.rss[-1][1] if soak.rss else None,
         "rss_slope_mib_per_hour": slope,
+        "rss_robust_slope_mib_per_hour": robust_slope_per_hour(after),
         "final": final,
         "windows": windows,
     }
@@ -400,7 +405,7 @@ def scrape(url: str) -> dict[str, float]:
     return out
 
 
-def wait_idle(url: str, timeout: float = 60.0) -> dict[str, float]:
+def wait_idle(url: str, timeout: float = 60.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         m = scrape(url)

@@ -11,7 +11,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from soak_memory import MemorySampler, malloc_stats, memory_report, slope_per_hour  # noqa: E402
+from soak_memory import (  # noqa: E402
+    MemorySampler,
+    malloc_stats,
+    memory_report,
+    robust_slope_per_hour,
+    slope_per_hour,
+    window_floors,
+)
 
 
 def _engine(cache_bytes: int) -> SimpleNamespace:
@@ -23,6 +30,22 @@ def test_the_slope_is_mib_per_hour() -> None:
     points = [(0.0, 100.0), (1800.0, 105.0), (3600.0, 110.0)]
     assert slope_per_hour(points) == pytest.approx(10.0)
     assert slope_per_hour(points[:2]) == 0.0  # too few points to fit
+
+
+def test_a_spike_moves_least_squares_but_not_the_robust_slope() -> None:
+    # flat at 500 MiB for an hour but for one transient 40 MiB spike at the end
+    points = [(float(t), 500.0) for t in range(0, 3600, 120)] + [(3600.0, 540.0)]
+    assert slope_per_hour(points) > 5.0
+    assert robust_slope_per_hour(points) == pytest.approx(0.0, abs=1e-9)
+    growing = [(float(t), 500 + 6 * t / 3600) for t in range(0, 3600, 120)]
+    assert robust_slope_per_hour(growing) == pytest.approx(6.0)
+    assert robust_slope_per_hour(growing[:2]) == 0.0
+
+
+def test_the_floor_of_each_window_is_its_lowest_sample() -> None:
+    points = [(0.0, 10.0), (100.0, 7.0), (299.0, 12.0), (300.0, 9.0), (650.0, 8.0)]
+    assert window_floors(points, 300.0) == [7.0, 9.0, 8.0]
+    assert window_floors([], 300.0) == []
 
 
 def test_a_sample_records_rss_the_grammar_cache_and_the_heap(tmp_path: Path) -> None:
@@ -66,6 +89,11 @@ def test_rss_growth_the_cache_explains_has_no_slope_left(tmp_path: Path) -> None
     assert slopes["grammar_cache"] == pytest.approx(20.0)
     assert slopes["rss_less_grammar_cache"] == pytest.approx(0.0, abs=1e-6)
     assert "anon_outside_malloc" not in slopes  # no anonymous / heap samples: not computed
+    report = memory_report(path, after_s=0.0)
+    assert report["robust_slopes_mib_per_hour"]["rss"] == pytest.approx(20.0)
+    assert len(report["samples"]) == len(samples)  # the warm-up's sample kept, unfitted
+    floors = report["window_floors_mib"]["rss"]
+    assert len(floors) == 12 and floors == sorted(floors)  # one per 300 s, rising
 
 
 def test_anonymous_memory_outside_the_heap_has_its_own_slope(tmp_path: Path) -> None:
