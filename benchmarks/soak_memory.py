@@ -172,11 +172,12 @@ def memory_report(path: Path, after_s: float, window_s: float = 300.0) -> dict[s
     data = json.loads(path.read_text())
     samples = [s for s in data["samples"] if s["t"] >= after_s] or data["samples"]
     keys = [k for k in samples[0] if k != "t"] if samples else []
+    series = {k: [(s["t"], s[k]) for s in samples] for k in keys}
     out: dict[str, Any] = {
         "interval_samples": len(data["samples"]),
         "start": data["samples"][0] if data["samples"] else None,
         "end": data["samples"][-1] if data["samples"] else None,
-        "slopes_mib_per_hour": {k: slope_per_hour([(s["t"], s[k]) for s in samples]) for k in keys},
+        "slopes_mib_per_hour": {k: slope_per_hour(v) for k, v in series.items()},
     }
     slopes = out["slopes_mib_per_hour"]
     slopes["rss_less_grammar_cache"] = slope_per_hour(
@@ -187,13 +188,10 @@ def memory_report(path: Path, after_s: float, window_s: float = 300.0) -> dict[s
         slopes["anon_outside_malloc"] = slope_per_hour(
             [(s["t"], s["rss_anon"] - s["malloc_used"] - s["malloc_free"]) for s in samples]
         )
-    out["robust_slopes_mib_per_hour"] = {
-        k: robust_slope_per_hour([(s["t"], s[k]) for s in samples]) for k in keys
-    }
+    out["robust_slopes_mib_per_hour"] = {k: robust_slope_per_hour(v) for k, v in series.items()}
     out["window_floors_mib"] = {
-        k: window_floors([(s["t"], s[k]) for s in samples], window_s)
-        for k in ("rss", "malloc_used") if k in keys
-    }  # fmt: skip
+        k: window_floors(series[k], window_s) for k in ("rss", "malloc_used") if k in series
+    }
     out["samples"] = data["samples"]
     if "py_top_growth" in data:
         out["py_top_growth"] = data["py_top_growth"]
