@@ -179,6 +179,9 @@ class Request:
     # --- progress (sched/progress.py) ------------------------------------------
     num_preemptions: int = 0  # times its KV was taken while runnable, in this segment
     protected: int | None = None  # protection order once preempted too often (None: not)
+    # context a session continuation carried over from its previous turn: that turn's
+    # progress, not this one's (the thrash meter's count of tokens that ended)
+    num_inherited_tokens: int = 0
     # --- prefix cache (sched/prefix_cache.py) -----------------------------------
     num_cached_tokens: int = 0  # tokens of the context found in the prefix cache
     num_cached_prompt_tokens: int = 0  # prompt tokens hit at the first admission (usage)

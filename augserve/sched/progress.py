@@ -66,7 +66,9 @@ class ThrashMeter:
         return self.budget is None or self.lost > self.budget * self.done
 
     def segment_ended(self, req: Request) -> None:
-        self._ended += req.num_tokens
+        """`req` ended a segment: its context counts, less what a session continuation
+        carried over from its previous turn (counted when that turn ended)."""
+        self._ended += req.num_tokens - req.num_inherited_tokens
 
     def observe(self, recomputed_total: int) -> None:
         """Once per iteration, with the KV manager's running recompute count."""

@@ -299,7 +299,8 @@ class Scheduler:
     def _finish(self, req: Request, reason: FinishReason, now: float) -> None:
         if self.learner is not None and reason in _SEGMENT_ENDS and not req.in_call:
             self.learner.observe_segment(req, reason is FinishReason.TOOL_CALLS)
-        self.thrash.segment_ended(req)
+        if not req.in_call:  # one in a call ended its segment when the call started
+            self.thrash.segment_ended(req)
         self.kv.free(req)
         self.requests.remove(req)
         if self.sessions is not None:

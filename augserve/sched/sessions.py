@@ -118,6 +118,7 @@ class SessionTable:
         if old is None:
             return
         status = old.status
+        req.num_inherited_tokens = min(old.num_tokens, req.num_tokens)
         if extends(old, req):
             self.kv.hand_over(old, req)
             req.status = status.resumed if req.num_computed_tokens else RequestStatus.WAITING

@@ -256,3 +256,31 @@ def test_pressure_can_always_reclaim_every_paused_session(cfg, plan):
     assert sched.pool.num_free_device == cfg["blocks"]
     assert sched.pool.num_free_host == cfg["host"]
     assert sorted(c.finished) == sorted([f"c{k}" for k in range(len(plan))] + ["big"])
+
+
+def test_the_thrash_meter_counts_each_turn_once_and_only_its_new_tokens():
+    """A session's turns end segments for the thrash meter (`progress.ThrashMeter`),
+    which turns the progress rules on only while preemption throws away more than the
+    segments that ended brought. Before, each turn counted its whole context twice (at
+    its call and again when the next turn took it over), and the next turn counted that
+    context once more: on the server, 300,000 recomputed tokens in 150 s never engaged
+    the rules (docs/results-vs-vllm.md, sessions-q1)."""
+    sched = make()
+    c = Client(sched)
+    ended: list[int] = []
+    meter = sched.thrash
+    orig = meter.segment_ended
+
+    def record(req: Request) -> None:
+        before = meter._ended
+        orig(req)
+        ended.append(meter._ended - before)
+
+    meter.segment_ended = record  # type: ignore[method-assign]
+    first = c.add("c0", ids(100))
+    c.run()
+    assert ended == [104]  # prompt + 4 generated, at its call
+    assert first.token_ids is not None
+    c.add("t1", list(first.token_ids) + ids(30, "result"))  # 134 tokens, 104 carried over
+    c.run()
+    assert ended == [104, 134 + 4 - 104]  # c0's finish at the takeover adds nothing

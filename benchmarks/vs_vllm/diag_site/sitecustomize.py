@@ -1,0 +1,59 @@
+"""Loaded at start-up by the server `diag_sessions.py` starts (it puts this folder on
+PYTHONPATH): with AUGSERVE_DIAG_LOG set, wraps the scheduler's `schedule`, the KV
+manager's `preempt` and the packer's `run` and writes, every 200 iterations, one JSON
+line: the share of iterations the thrash meter was engaged and growth-first held, the
+meter's decayed lost / done tokens, admissions, and each preemption's victim as
+[computed tokens, inherited tokens, preemptions so far, protection order]."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+EVERY = 200
+
+
+def _install(path: str) -> None:
+    from augserve.sched import kv_manager, packing, scheduler
+
+    log = open(path, "a")  # noqa: SIM115 (open for the server's lifetime)
+    st: dict[str, Any] = {"n": 0, "pre": [], "adm": 0, "short": 0, "eng": 0}
+    schedule, preempt, run = (
+        scheduler.Scheduler.schedule,
+        kv_manager.KVCacheManager.preempt,
+        packing.Packer.run,
+    )
+
+    def logged_schedule(self: Any, now: float) -> Any:
+        out = schedule(self, now)
+        st["n"] += 1
+        st["eng"] += int(self.thrash.engaged)
+        if st["n"] % EVERY == 0:
+            row = {"t": now, "iters": st["n"], "engaged_share": st["eng"] / EVERY,
+                   "lost": round(self.thrash.lost), "done": round(self.thrash.done),
+                   "admitted": st["adm"], "short_share": st["short"] / EVERY,
+                   "preempted": st["pre"][:40], "n_pre": len(st["pre"])}  # fmt: skip
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+            st.update(pre=[], eng=0, adm=0, short=0)
+        return out
+
+    def logged_preempt(self: Any, req: Any) -> Any:
+        victim = [req.num_computed_tokens, req.num_inherited_tokens]
+        st["pre"].append([*victim, req.num_preemptions, req.protected])
+        return preempt(self, req)
+
+    def logged_run(self: Any, budget: int) -> Any:
+        chunks = run(self, budget)
+        st["adm"] += len(self.admitted)
+        st["short"] += int(self.short)
+        return chunks
+
+    scheduler.Scheduler.schedule = logged_schedule  # type: ignore[method-assign]
+    kv_manager.KVCacheManager.preempt = logged_preempt  # type: ignore[method-assign]
+    packing.Packer.run = logged_run  # type: ignore[method-assign]
+
+
+if os.environ.get("AUGSERVE_DIAG_LOG"):
+    _install(os.environ["AUGSERVE_DIAG_LOG"])
