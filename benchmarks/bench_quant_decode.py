@@ -79,7 +79,10 @@ def run_tree(path: str, model: str, threads: int, steps: int) -> dict[str, float
     env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
     env.pop("AUGSERVE_QUANT", None)
     p = subprocess.run(
-        [sys.executable, "-c", CHILD, model, str(threads), str(steps), str(int(mode == "dense"))],
+        # -P: `python -c` would put the working directory first on sys.path, ahead of
+        # PYTHONPATH, and every tree would run the checkout the bench was started from
+        [sys.executable, "-P", "-c", CHILD, model, str(threads), str(steps),
+         str(int(mode == "dense"))],
         env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     for line in p.stdout.splitlines():

@@ -133,8 +133,10 @@ def _build(args: argparse.Namespace, eargs: Any) -> Any:
         return build_vllm_engine(args, eargs.model, eargs.dtype)
     from augserve.engine.async_engine import AsyncLLMEngine
     from augserve.engine.builder import build_engine
+    from augserve.engine.engine_thread import new_engine_pool, on_pool
 
-    return AsyncLLMEngine(build_engine(eargs))
+    pool = new_engine_pool()  # built, warmed and stepped on one thread (engine_thread.py)
+    return AsyncLLMEngine(on_pool(pool, lambda: build_engine(eargs)), pool=pool)
 
 
 def _serve(args: argparse.Namespace) -> int:

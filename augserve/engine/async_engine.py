@@ -7,7 +7,11 @@ nothing else uses: tools have their own, `server/tool_workers.py`), so the
 event loop keeps accepting and parsing requests while the model computes
 (torch releases the GIL); the engine is not thread-safe, so arrivals and aborts
 that come in during a step are queued and applied on the loop between steps,
-and no two steps overlap. Calls are awaited in their own tasks, so a call never
+and no two steps overlap. While nothing new has come, the thread runs steps back to
+back and hands each one's outputs to the loop as it ends (`call_soon_threadsafe`), so
+the next step never waits for the loop to stream the last one's tokens; it returns to
+the loop when something came to apply, when a step was idle, or when a piece of the
+latency fit is due. Calls are awaited in their own tasks, so a call never
 blocks the loop and the loop never waits on a call. When nothing can run
 (every live request is in a call, or none is live) the loop sleeps until an
 arrival, a call return or an abort wakes it.
@@ -20,7 +24,7 @@ is handed back, so the loop never waits on a predictor.
 A latency fit still to do (`LLMEngine.latency_fit`, `background_fit.py`: the
 server's start-up fit when nothing was cached) runs one batch shape per loop turn
 on the engine's thread, between two steps (back to back while the engine idles,
-else after every `FIT_EVERY` steps that computed); the loop starts with the server
+else after every `fit_turns.FIT_EVERY` steps that computed); the loop starts with the server
 (`start`), so the fit begins before the first request.
 
 A forward that raises aborts only its batch: those requests finish with reason
@@ -35,12 +39,14 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from augserve.core.prediction import Prediction
 from augserve.core.request import Request, Segment
 from augserve.engine.engine import LLMEngine
 from augserve.engine.engine_step import BatchFailed, EngineStep
 from augserve.engine.engine_thread import EngineThread
+from augserve.engine.fit_turns import FitTurns
 from augserve.engine.outputs import RequestOutput
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.step_failures import RequestFailed, StepFailures
@@ -49,14 +55,15 @@ from augserve.engine.tools import PendingCall, ToolExecutor, ToolSession, run_ca
 from augserve.sched.output import SchedulerStats
 
 _Item = RequestOutput | BaseException
-FIT_EVERY = 32  # busy steps between two pieces of a background latency fit
 
 
 class AsyncLLMEngine:
     """`executor` runs parsed calls of requests whose `ToolSession` has none;
     scripted calls last their trace duration times `call_time_scale`.
     `step_in_thread=False` runs each step on the loop thread instead (the loop then
-    serves clients only between steps: `benchmarks/bench_server_ttft.py`)."""
+    serves clients only between steps: `benchmarks/bench_server_ttft.py`); `pool`: the
+    one-thread executor the engine was built on (`engine_thread.new_engine_pool`), so
+    that one thread runs all of its torch work."""
 
     def __init__(
         self,
@@ -64,9 +71,10 @@ class AsyncLLMEngine:
         executor: ToolExecutor | None = None,
         call_time_scale: float = 1.0,
         step_in_thread: bool = True,
+        pool: ThreadPoolExecutor | None = None,
     ) -> None:
         self.engine = engine
-        self.thread = EngineThread(step_in_thread)  # the engine's own thread
+        self.thread = EngineThread(step_in_thread, pool)  # the engine's own thread
         self.executor = executor
         self.call_time_scale = call_time_scale
         self._streams: dict[str, asyncio.Queue[_Item]] = {}
@@ -77,7 +85,8 @@ class AsyncLLMEngine:
         self._ids = itertools.count()
         self.failures = StepFailures()
         self._failed = self.failures.why  # request id -> why its batch failed
-        self._busy_steps = 0  # busy steps since the last piece of a latency fit
+        self._fit = FitTurns()  # when a piece of a background latency fit runs
+        self._stopping = False  # shutdown: the thread stops stepping after this step
 
     # --- public API --------------------------------------------------------------------
     async def generate(
@@ -159,6 +168,7 @@ class AsyncLLMEngine:
         return self.failures.last
 
     async def shutdown(self) -> None:
+        self._stopping = True
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -177,9 +187,29 @@ class AsyncLLMEngine:
             a.into(self.engine)
         self._kick()
 
-    async def _step(self) -> EngineStep:
-        """One engine step on the engine's thread; the loop stays free meanwhile."""
-        return await self.thread.run(self._guarded_step)
+    async def _steps(self) -> EngineStep:
+        """Engine steps on the engine's thread (`_run_steps`); the loop stays free."""
+        loop = asyncio.get_running_loop()
+        return await self.thread.run(lambda: self._run_steps(loop))
+
+    def _run_steps(self, loop: asyncio.AbstractEventLoop) -> EngineStep:
+        """Steps back to back while the loop has nothing to apply (arrivals, aborts,
+        call returns), each one busy, and no piece of the latency fit is due; every step
+        but the last is dispatched on the loop as it ends, the last is returned. On the
+        loop's own thread (`step_in_thread=False`), one step."""
+        while True:
+            step = self._guarded_step()
+            self._fit.stepped(step.idle)
+            if (
+                not self.thread.in_thread
+                or self._stopping
+                or step.idle
+                or self._inbox.has_news()
+                or self._fit.due(self.engine.latency_fit is not None)
+                or not self.engine.has_unfinished()
+            ):
+                return step
+            loop.call_soon_threadsafe(self._dispatch, step)
 
     def _guarded_step(self) -> EngineStep:
         """`engine.step()`, where a forward that raises fails only its batch."""
@@ -212,6 +242,7 @@ class AsyncLLMEngine:
 
     def _ensure_started(self) -> None:
         if self._loop_task is None or self._loop_task.done():
+            self._stopping = False
             self._wake = asyncio.Event()
             self._loop_task = asyncio.get_running_loop().create_task(self._run())
 
@@ -230,33 +261,23 @@ class AsyncLLMEngine:
                 continue
             if step is not None:
                 self._dispatch(step)
-            if self._fit_turn(step):  # one shape of it between steps
+            idle = step is None or step.idle
+            if self._fit.turn(self.engine.latency_fit is not None, idle):  # one shape
                 await self.thread.run(self.engine.fit_step)
                 await asyncio.sleep(0)
                 continue
-            if step is None or step.idle:
+            if idle:
                 if not self._inbox.has_news():  # sleep until news
                     self._wake.clear()
                     await self._wake.wait()
             else:
                 await asyncio.sleep(0)  # let call tasks and clients run
 
-    def _fit_turn(self, step: EngineStep | None) -> bool:
-        """Whether a piece of the latency fit runs now: at once while the engine idles,
-        else after every `FIT_EVERY` busy steps (requests slow down by a bounded share)."""
-        if self.engine.latency_fit is None:
-            return False
-        self._busy_steps = 0 if step is None or step.idle else self._busy_steps + 1
-        if self._busy_steps == 0 or self._busy_steps >= FIT_EVERY:
-            self._busy_steps = 0
-            return True
-        return False
-
     async def _iteration(self) -> EngineStep | None:
         self._inbox.apply(self.engine)
         engine = self.engine
         if engine.has_unfinished():
-            return await self._step()
+            return await self._steps()
         if engine.has_pending_outputs():
             return engine.flush()  # e.g. the last live request was just aborted
         return None

@@ -113,7 +113,9 @@ class LLM:
         return self.generate(prompts, sampling_params)
 
     async def _agenerate(self, flat: list[tuple[str, Prompt, SamplingParams]]) -> dict[str, Any]:
-        aengine = AsyncLLMEngine(self.engine)
+        # steps on this thread, the one that built the model (`engine_thread.py`): no
+        # clients to keep serving here, and one OpenMP team keeps torch's threads fast
+        aengine = AsyncLLMEngine(self.engine, step_in_thread=False)
 
         async def one(rid: str, prompt: Prompt, sp: SamplingParams) -> RequestOutput:
             last = None

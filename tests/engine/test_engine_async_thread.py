@@ -131,3 +131,38 @@ def test_arrivals_and_aborts_during_a_step_apply_after_it(model_dir: Path) -> No
     assert not slow.overlap
     assert stats.num_waiting == 0 and stats.num_running == 0 and stats.device_blocks_used == 0
     assert llm.engine.get_request("c") is None
+
+
+def test_steps_run_back_to_back_in_the_thread_and_still_stream_each_token(
+    model_dir: Path,
+) -> None:
+    """With nothing new to apply, the thread does not hand back to the loop between
+    steps: one request of 12 tokens is one or two thread hops, not 12, and its stream
+    still gets every token as its own output, in order, equal to offline decoding."""
+    llm = LLM(model_dir, dtype="fp32", num_device_blocks=64, block_size=8)
+    params = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=12)
+    offline = llm.generate(["The sun rises"], params)[0].outputs[0].token_ids
+    slow = SlowSteps(llm.engine)
+
+    async def main() -> tuple[list[Any], int]:
+        aengine = AsyncLLMEngine(llm.engine)
+        hops = 0
+        run = aengine.thread.run
+
+        async def counted(fn: Any) -> Any:
+            nonlocal hops
+            hops += 1
+            return await run(fn)
+
+        aengine.thread.run = counted  # type: ignore[method-assign]
+        outs = [o async for o in aengine.generate("The sun rises", params, "r0")]
+        await aengine.shutdown()
+        return outs, hops
+
+    outs, hops = asyncio.run(main())
+    lengths = [len(o.outputs[0].token_ids) for o in outs]
+    assert lengths == list(range(1, 13))  # one output per token, in order
+    assert outs[-1].outputs[0].token_ids == offline
+    assert len(slow.ticked) == 0 and len(slow.threads) == 1  # (no waits asked)
+    assert hops <= 2 < len(outs)
+    assert not slow.overlap
