@@ -235,8 +235,10 @@ def start_server(args: argparse.Namespace, log: Path) -> subprocess.Popen[bytes]
     env = dict(os.environ)
     if args.pythonpath:
         env["PYTHONPATH"] = args.pythonpath
-    cmd = [sys.executable, "-m", "augserve", "serve", "--model", MODEL, "--port", str(args.port),
-           "--profile", "default", "--threads", str(args.threads), "--log-level", "warning",
+    # -P: `python -m` would put the working directory ahead of PYTHONPATH
+    cmd = [sys.executable, "-P", "-m", "augserve", "serve", "--model", MODEL,
+           "--port", str(args.port), "--profile", "default", "--threads", str(args.threads),
+           "--log-level", "warning",
            *args.server_arg]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600

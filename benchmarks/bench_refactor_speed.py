@@ -43,7 +43,7 @@ print(json.dumps({"wall_s": wall, "iterations": res.stats.iterations,
 
 def one(checkout: Path, policy: str, rate: float, window: float) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(checkout.resolve()))
-    out = subprocess.run([sys.executable, "-c", _ONE, policy, str(rate), str(window)],
+    out = subprocess.run([sys.executable, "-P", "-c", _ONE, policy, str(rate), str(window)],
                          env=env, capture_output=True, text=True, check=True)  # fmt: skip
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
