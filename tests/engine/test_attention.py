@@ -126,9 +126,10 @@ def test_cpu_decode_equals_reference_for_one_and_many_sequences(dtype: torch.dty
         q, k_cache, v_cache, tables, lens = (t for t in _decode_inputs(b, nb, seed=10 + i))
         q, k_cache, v_cache = q.to(dtype), k_cache.to(dtype), v_cache.to(dtype)
         plan = decode_plan(tables, lens, BS)
-        assert (plan.bias is None) == (b == 1)
+        (group,) = plan.groups  # short contexts: one group, in the batch's order
+        assert group.rows is None and (group.bias is None) == (b == 1)
         if b == 1:
-            assert plan.width == int(lens[0]) and len(plan.block_ids) == -(-int(lens[0]) // BS)
+            assert group.width == int(lens[0]) and len(group.block_ids) == -(-int(lens[0]) // BS)
         ref = decode_reference(q.float(), k_cache.float(), v_cache.float(), tables, lens, 0.3)
         got = decode_cpu(q, k_cache, v_cache, plan, 0.3)
         assert got.dtype == dtype
@@ -139,3 +140,29 @@ def test_cpu_decode_equals_reference_for_one_and_many_sequences(dtype: torch.dty
     q, k, v = torch.randn(1, 4, D), torch.randn(1, 2, D), torch.randn(1, 2, D)
     paged_attention(q, k, v, k_cache, v_cache, meta, 0.3)
     assert meta.cpu_plan is not None and meta.cpu_plan.width == 10
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_decode_of_mixed_lengths_attends_in_groups_and_equals_the_reference(
+    dtype: torch.dtype,
+) -> None:
+    """Contexts of very different lengths in one step are split into groups of similar
+    length (each padded only to its own longest), attended group by group and written
+    back in the batch's order; the result is the reference's."""
+    from augserve.engine.attention_cpu import decode_cpu, decode_plan, groups_by_length
+
+    g = torch.Generator().manual_seed(7)
+    nb, b = 40, 6  # up to 160 tokens of context (blocks of 4)
+    k_cache, v_cache = (t.to(dtype) for t in torch.randn(2, b * nb, BS, 2, D, generator=g))
+    tables = torch.randperm(b * nb, generator=g).view(b, nb)
+    lens = torch.tensor([150, 5, 152, 12, 80, 9])
+    q = torch.randn(b, 4, D, generator=g).to(dtype)
+    assert groups_by_length(lens.tolist(), split=16) == [[1, 5, 3], [4], [0, 2]]
+    plan = decode_plan(tables, lens, BS, split=16)
+    assert [g.width for g in plan.groups] == [12, 80, 152]
+    assert plan.groups[1].bias is None  # a group of one is attended unpadded
+    ref = decode_reference(q.float(), k_cache.float(), v_cache.float(), tables, lens, 0.3)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(decode_cpu(q, k_cache, v_cache, plan, 0.3).float(), ref,
+                               atol=tol, rtol=tol)  # fmt: skip
+    assert len(decode_plan(tables, lens, BS, split=10_000).groups) == 1  # one padded batch
