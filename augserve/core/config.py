@@ -87,6 +87,11 @@ class SchedulerConfig:
         first and preempted only by requests protected before it, so it finishes
         (None: never protected; policies whose preemption order is fixed do not need
         it and keep their reference behaviour, see `PolicyDefaults.protection`).
+    newest_first: where the policy's preemption order moves (`augserve`,
+        `augserve-slo`), while the rules are engaged a holder takes KV only from
+        holders that got theirs after it, the last first (vLLM's order), instead of
+        protection (rule 3, off by default: its measured effect is mixed,
+        docs/scheduler.md "Progress under overload").
     recompute_budget: the rules above engage only while preemption throws away more
         computed tokens than this many per token of the segments that ended, over the
         last few hundred iterations (`progress.ThrashMeter`); below it every policy
@@ -125,6 +130,7 @@ class SchedulerConfig:
     session_ttl: float = 0.0
     growth_first: bool = True
     max_preemptions: int | None = 2
+    newest_first: bool = False
     recompute_budget: float | None = 1.0
 
     def __post_init__(self) -> None:

@@ -179,6 +179,7 @@ class Request:
     # --- progress (sched/progress.py) ------------------------------------------
     num_preemptions: int = 0  # times its KV was taken while runnable, in this segment
     protected: int | None = None  # protection order once preempted too often (None: not)
+    kv_order: int | None = None  # when it last got KV (admission, hand-over): rule 3's order
     # context a session continuation carried over from its previous turn: that turn's
     # progress, not this one's (the thrash meter's count of tokens that ended)
     num_inherited_tokens: int = 0

@@ -92,6 +92,9 @@ class Packer:
         # then the protected ones that hold KV, the last protected first
         self.holders = [r for r in self.first if r.block_ids or r.host_block_ids]
         self.holders += [r for _, r in self.held]
+        for r in self.holders:
+            if r.kv_order is None:  # a session's KV handed over at its arrival
+                self.protection.got_kv(r)
         self.next_holder = 0
         self.last_key: tuple[Any, ...] | None = None
         self.scheduled: set[str] = set()
@@ -257,6 +260,7 @@ class Packer:
         kv.allocate_slots(req, need)
         if admitting:
             kv.count_hit(req, hit)
+            self.protection.got_kv(req)
             if self.gate is not None:
                 self.gate.admitted(req)
         start = req.num_computed_tokens
@@ -286,7 +290,10 @@ class Packer:
         protection = self.protection
         rank = protection.order
         mine = rank(holder)
-        for victim in reversed(self.holders):  # the lowest-ranked first
+        victims: list[Request] = self.holders[::-1]  # the lowest-ranked first
+        if protection.by_arrival_of_kv:
+            victims.sort(key=rank, reverse=True)  # the last to get KV first (rule 3)
+        for victim in victims:
             if freed >= blocks:
                 break
             if victim.request_id in self.scheduled or rank(victim) <= mine:

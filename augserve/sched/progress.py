@@ -29,6 +29,15 @@ ranking can make the scheduler go round in circles (docs/scheduler.md,
    older requests preempt cost AugServe 28% of its goodput (its young, short,
    high-value requests could not grow).
 
+3. Newest first (`SchedulerConfig.newest_first`, an option, off by default; in place
+   of rule 2 where it applies). While the rules are engaged, the order of taking KV is the
+   order in which holders got it (admission, or a session's KV handed to its next
+   turn): a holder may preempt only holders that got KV after it, the last first
+   (vLLM's order). The order is fixed while a request holds KV, so it cannot cycle:
+   the oldest holder always progresses. Rule 2's victims were those that had
+   computed most, each lost twice before protection. Measured mixed (docs/scheduler.md),
+   so the paper's policy keeps rule 2 unless asked.
+
 Policies whose preemption order is fixed (FCFS, shortest-predicted-job-first,
 MARS's FCFS among holders) cannot cycle: the lowest key always progresses, so
 rule 2 is off for them and they keep their reference behaviour. The rules are
@@ -82,13 +91,29 @@ class Protection:
     """Who may take KV from whom where the policy's order moves (rule 2)."""
 
     def __init__(
-        self, max_preemptions: int | None, key: Callable[[Request], tuple[Any, ...]]
+        self,
+        max_preemptions: int | None,
+        key: Callable[[Request], tuple[Any, ...]],
+        newest_first: bool = False,
     ) -> None:
-        """`key`: the policy's `preempt_key`; `max_preemptions` None: never protect."""
+        """`key`: the policy's `preempt_key`; `max_preemptions` None: never protect (a
+        fixed order); `newest_first`: rule 3 instead of protection, where it is on."""
         self.max_preemptions = max_preemptions
         self.key = key
+        self.newest_first = newest_first and max_preemptions is not None
         self.engaged = True  # protections are handed out only while thrashing
         self._protected = 0  # protections handed out
+        self._kv_given = 0  # stamps of getting KV handed out (rule 3)
+
+    @property
+    def by_arrival_of_kv(self) -> bool:
+        """Rule 3 holds: the order of taking KV is the order in which holders got it."""
+        return self.newest_first and self.engaged
+
+    def got_kv(self, req: Request) -> None:
+        """`req` got KV (admitted, or a session's KV handed over): stamp its place."""
+        req.kv_order = self._kv_given
+        self._kv_given += 1
 
     def preempted(self, req: Request) -> None:
         """`req` lost its KV to a preemption: count it, protect it at the limit."""
@@ -97,6 +122,7 @@ class Protection:
         if (
             limit is not None
             and self.engaged
+            and not self.by_arrival_of_kv
             and req.protected is None
             and req.num_preemptions >= limit
         ):
@@ -111,9 +137,12 @@ class Protection:
 
     def order(self, req: Request) -> tuple[Any, ...]:
         """The order of taking KV, a lower order may preempt a higher one: protected
-        requests first (in the order of protection), then the policy's `preempt_key`."""
+        requests first (in the order of protection), then, while rule 3 holds, the
+        order of getting KV, else the policy's `preempt_key`."""
         if req.protected is not None:
             return (0, req.protected)
+        if self.by_arrival_of_kv:
+            return (1, req.kv_order if req.kv_order is not None else self._kv_given)
         return (1, self.key(req))
 
 

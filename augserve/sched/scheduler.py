@@ -75,7 +75,9 @@ class Scheduler:
         # progress rule 2 (`progress.py`): protection where the policy's preemption
         # order moves (a fixed order makes progress without it)
         self.protection = Protection(
-            config.max_preemptions if policy.defaults.protection else None, policy.preempt_key
+            config.max_preemptions if policy.defaults.protection else None,
+            policy.preempt_key,
+            config.newest_first,
         )
         self.thrash = ThrashMeter(config.recompute_budget)
         self.dynamic_budget = uses_dynamic_budget(config)

@@ -96,3 +96,42 @@ def test_every_policy_finishes_every_request_with_bounded_recompute(cfg, specs, 
     driver.run_until_idle(max_steps=200_000)  # raises if the scheduler never drains
     assert sorted(r.request_id for r in driver.finished) == sorted(r.request_id for r in reqs)
     assert sched.stats().recomputed_tokens <= RECOMPUTE_BOUND * served_tokens(driver)
+
+
+def _older_long_younger_short(rule3: bool) -> tuple[list[str], Driver]:
+    """A long request (low value density) is admitted first, a short one (high density)
+    after it; the pool (10 blocks of 16) holds both prompts but not both outputs. The
+    rules always engaged (`recompute_budget=None`); without rule 3, protection (rule 2)."""
+    cfg = SchedulerConfig(policy="augserve", block_size=16, num_device_blocks=10,
+                          max_batch_tokens=256, recompute_budget=None,
+                          newest_first=rule3)  # fmt: skip
+    sched = Scheduler(cfg, easy_profile(), OraclePredictor())
+    victims: list[str] = []
+    preempt = sched.kv.preempt
+
+    def logged(req: Request) -> int:
+        victims.append(req.request_id)
+        return preempt(req)
+
+    sched.kv.preempt = logged  # type: ignore[method-assign]
+    driver = Driver(sched)
+    driver.add(Request("long", 0.0, 90, [Segment(60)]))
+    driver.step()  # "long" is admitted first
+    driver.add(Request("short", driver.now, 40, [Segment(30)]))
+    driver.run_until_idle()
+    return victims, driver
+
+
+def test_rule3_while_thrashing_the_last_to_get_kv_loses_it_first():
+    """Rule 3 (docs/scheduler.md, "Progress under overload"): while the rules are
+    engaged, a holder may take KV only from holders that got theirs after it (vLLM's
+    order: the last admitted is preempted first), so the request that has computed most
+    keeps its KV (the short one waits, as in vLLM, and is not protected: the order is
+    fixed, so it cannot cycle). In AugServe's own order the short request, denser in
+    value, preempts the long one, which recomputes its prompt and its output so far."""
+    victims, driver = _older_long_younger_short(rule3=True)
+    assert victims and set(victims) == {"short"}
+    assert sorted(r.request_id for r in driver.finished) == ["long", "short"]
+    victims, driver = _older_long_younger_short(rule3=False)
+    assert victims and victims[0] == "long"
+    assert driver.sched.stats().recomputed_tokens >= 90
