@@ -38,10 +38,11 @@ from dataclasses import dataclass, field, replace
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyProfile
 from augserve.core.prediction import Predictor
-from augserve.core.request import Request
+from augserve.core.request import FinishReason, Request
 from augserve.sched.output import SchedulerOutput, SchedulerUpdate, StepEvent, StepResult
 from augserve.sched.prefix_cache import PrefixCacheStats
 from augserve.sched.scheduler import Scheduler
+from augserve.sim.client_sessions import client_results, next_turn, with_token_ids
 from augserve.sim.precompute import PrecomputedPredictor, should_precompute
 
 Observer = Callable[[float, SchedulerOutput, SchedulerUpdate], None]
@@ -128,7 +129,10 @@ class Simulator:
         predictor: Predictor | None = None,
         check: bool = False,
         observer: Observer | None = None,
+        client_sessions: bool = False,
     ) -> None:
+        """`client_sessions`: calls run on the client, each turn a request of its own
+        (`client_sessions.py`)."""
         self.profile = profile
         self.config = config
         self.predictor = predictor
@@ -141,6 +145,8 @@ class Simulator:
         self._events: list[tuple[float, int, int, Request]] = []
         self._seq = 0
         self._finished: list[Request] = []
+        self.client_sessions = client_sessions
+        self._turns: list[Request] = []  # later turns of client sessions, as they were sent
 
     # --- events ------------------------------------------------------------------
     def _push(self, t: float, kind: int, req: Request) -> None:
@@ -177,7 +183,10 @@ class Simulator:
             self.stats.empty_schedules += 1
             return False
         end = self.now + self.iteration_time(out)
-        upd = sched.update_from_output(out, step_results(out), end)
+        results = client_results(out) if self.client_sessions else step_results(out)
+        upd = sched.update_from_output(out, results, end)
+        if self.client_sessions:
+            self._send_next_turns(out, results, end)
         self.stats.discards += len(upd.kv_discarded)  # vLLM's discards at call start
         for call in upd.calls_started:
             self.stats.calls += 1
@@ -196,6 +205,21 @@ class Simulator:
         self.now = end
         return True
 
+    def _send_next_turns(
+        self, out: SchedulerOutput, results: dict[str, StepResult], end: float
+    ) -> None:
+        """Every turn that ended with "tool_calls": the client sends the next one when
+        its tool returns."""
+        for chunk in out.chunks:
+            res = results.get(chunk.request_id)
+            if res is not None and res.finish_reason is FinishReason.TOOL_CALLS:
+                old = chunk.request
+                seg = old.segments[old.segment_index]
+                turn = int(old.request_id.rsplit("/", 1)[1]) + 1 if "/" in old.request_id else 1
+                nxt = next_turn(old, turn, end + (seg.call_time or 0.0))
+                self._turns.append(nxt)
+                self._push(nxt.arrival_time, _ARRIVAL, nxt)
+
     # --- the run -----------------------------------------------------------------
     def run(self, requests: Iterable[Request], window: float, drain: float = 0.0) -> SimResult:
         """Offer the requests arriving before `window`; serve until `window + drain`."""
@@ -204,6 +228,8 @@ class Simulator:
         if drain < 0:
             raise ValueError(f"drain must be >= 0, got {drain}")
         reqs = sorted(requests, key=lambda r: r.arrival_time)
+        if self.client_sessions:
+            reqs = [with_token_ids(r) for r in reqs]
         offered = [r for r in reqs if r.arrival_time < window]
         predictor = self.predictor
         if predictor is not None and should_precompute(predictor):
@@ -223,7 +249,7 @@ class Simulator:
         self.stats.end_time = self.now
         if sched.prefix is not None:
             self.stats.prefix = replace(sched.prefix.stats)  # a copy: the cache's own goes on
-        return self._result(reqs, offered, window, drain)
+        return self._result(reqs, offered + self._turns, window, drain)
 
     def _result(
         self, reqs: list[Request], offered: list[Request], window: float, drain: float
@@ -236,7 +262,8 @@ class Simulator:
         finished = [r for r in offered if done(r)]
         unfinished = [r for r in offered if not done(r)]
         not_arrived = [r for r in reqs if r.arrival_time >= window]
-        return SimResult(reqs, finished, unfinished, not_arrived, window, drain, self.stats)
+        every = reqs + self._turns
+        return SimResult(every, finished, unfinished, not_arrived, window, drain, self.stats)
 
 
 def simulate(
