@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import threading
 import time
@@ -76,12 +77,18 @@ def main() -> None:
     scale = Scale(length=args.length_scale, time=args.time_scale)
     work = build_workload(rate, duration, seed, scale, vocab, args.workload)
     extras = plain_turn_extras if policy == "vllm" else augserve_turn_extras
+    load = os.getloadavg()[0]
+    args.duration = duration
     try:
-        asyncio.run(replay_agents(srv.base_url, "m", work, duration + args.drain, extras))
+        result, turns = asyncio.run(
+            replay_agents(srv.base_url, "m", work, duration + args.drain, extras)
+        )
     finally:
         stop.set()
         for s in servers:
             s.stop()
+    row = bt.row_for(rate, policy, result, bt.slo_config(args.cfg), args, load, turns)
+    (out / "row.json").write_text(json.dumps(row, indent=2))
     print(f"{len(work)} sessions; {out}")
 
 

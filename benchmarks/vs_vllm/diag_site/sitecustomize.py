@@ -3,12 +3,16 @@ PYTHONPATH): with AUGSERVE_DIAG_LOG set, wraps the scheduler's `schedule`, the K
 manager's `preempt` and the packer's `run` and writes, every 200 iterations, one JSON
 line: the share of iterations the thrash meter was engaged and growth-first held, the
 meter's decayed lost / done tokens, admissions, and each preemption's victim as
-[computed tokens, inherited tokens, preemptions so far, protection order]."""
+[computed tokens, inherited tokens, preemptions so far, protection order], and the
+iterations' wall time against what the server's profile predicts for their batches
+(an iteration's wall time: from its `schedule` to the next one's; gaps over 10x the
+prediction + 0.1 s are the engine idling and are left out)."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 EVERY = 200
@@ -18,7 +22,8 @@ def _install(path: str) -> None:
     from augserve.sched import kv_manager, packing, scheduler
 
     log = open(path, "a")  # noqa: SIM115 (open for the server's lifetime)
-    st: dict[str, Any] = {"n": 0, "pre": [], "adm": 0, "short": 0, "eng": 0}
+    st: dict[str, Any] = {"n": 0, "pre": [], "adm": 0, "short": 0, "eng": 0, "pred": 0.0,
+                          "wall": 0.0}  # fmt: skip
     schedule, preempt, run = (
         scheduler.Scheduler.schedule,
         kv_manager.KVCacheManager.preempt,
@@ -26,17 +31,27 @@ def _install(path: str) -> None:
     )
 
     def logged_schedule(self: Any, now: float) -> Any:
+        wall = time.perf_counter()
+        prev = st.get("prev")
+        if prev is not None:  # the previous iteration: its predicted and its wall time
+            gap, pred = wall - prev[0], prev[1]
+            if gap < 10 * pred + 0.1:  # longer: the engine idled after it
+                st["pred"] += pred
+                st["wall"] += gap
         out = schedule(self, now)
+        shape = out.batch_shape(self.config.block_size)
+        st["prev"] = (wall, self.latency.iteration_time(shape)) if not shape.is_empty else None
         st["n"] += 1
         st["eng"] += int(self.thrash.engaged)
         if st["n"] % EVERY == 0:
             row = {"t": now, "iters": st["n"], "engaged_share": st["eng"] / EVERY,
                    "lost": round(self.thrash.lost), "done": round(self.thrash.done),
                    "admitted": st["adm"], "short_share": st["short"] / EVERY,
-                   "preempted": st["pre"][:40], "n_pre": len(st["pre"])}  # fmt: skip
+                   "preempted": st["pre"][:40], "n_pre": len(st["pre"]),
+                   "predicted_s": round(st["pred"], 3), "wall_s": round(st["wall"], 3)}  # fmt: skip
             log.write(json.dumps(row) + "\n")
             log.flush()
-            st.update(pre=[], eng=0, adm=0, short=0)
+            st.update(pre=[], eng=0, adm=0, short=0, pred=0.0, wall=0.0)
         return out
 
     def logged_preempt(self: Any, req: Any) -> Any:
