@@ -12,7 +12,9 @@ default (sessions kept for 600 s, prefix cache on). The SLO is judged per sessio
 `bench_tools.py` judges it: the first turn's TTFT and the session's time in the server
 per generated token. Writes DIR/result.json, DIR/table.md and DIR/attainment.png.
 `--engine-time X` prices every iteration X times the profile's time (the served engine
-ran 1.6x its profile on these batches: docs/results-vs-vllm.md).
+ran 1.6x its profile on these batches: docs/results-vs-vllm.md); the scheduler is told
+so, unless `--scheduler-time Y` says what it believes instead (Y = 1: it plans with the
+profile while the engine runs X times slower, as the served scheduler did).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,6 @@ from augserve.bench.capacity import mean_interval  # noqa: E402
 from augserve.bench.protocol import load_config  # noqa: E402
 from augserve.bench.protocol_plot import plot_protocol  # noqa: E402
 from augserve.core.config import scheduler_config_for  # noqa: E402
-from augserve.core.latency import LatencyProfile  # noqa: E402
 from augserve.core.request import Request  # noqa: E402
 from augserve.predict.online import OnlinePredictor  # noqa: E402
 from augserve.profiles import load_profile  # noqa: E402
@@ -100,25 +100,24 @@ def _turn_end(turn: Request, last: bool) -> float:
     return turn.finish_time
 
 
-def scaled(prof: LatencyProfile, x: float) -> LatencyProfile:
-    """The profile of an engine `x` times slower at every batch."""
-    return replace(prof, c0=prof.c0 * x, c_prefill=prof.c_prefill * x, c_attn=prof.c_attn * x,
-                   c_decode=prof.c_decode * x, c_ctx=prof.c_ctx * x)  # fmt: skip
-
-
 def run_cell(engine: str, rate: float, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     cfg = args.cfg
     policy, ttl, extra = ENGINES[engine]
-    prof = scaled(load_profile(args.profile), getattr(args, "engine_time", 1.0))
+    base = load_profile(args.profile)
+    prof = base.scaled(getattr(args, "engine_time", 1.0))
+    believed = getattr(args, "scheduler_time", None)
+    told = prof if believed is None else base.scaled(believed)
     bs = int(cfg.settings["block_size"])
     sched_cfg = scheduler_config_for(
-        prof, policy, bs, num_device_blocks=cfg.memory.augserve_device_tokens // bs,
+        told, policy, bs, num_device_blocks=cfg.memory.augserve_device_tokens // bs,
         num_host_blocks=0, max_batch_tokens=int(cfg.settings["max_batch_tokens"]),
         max_num_seqs=int(cfg.settings["max_num_seqs"]), session_ttl=ttl,
         enable_prefix_caching=True, slo_ttft=cfg.slo.ttft_s,
         slo_norm_latency=cfg.slo.norm_latency_s, **extra,
     )  # fmt: skip
-    sim = Simulator(prof, sched_cfg, OnlinePredictor(), client_sessions=True)
+    sim = Simulator(
+        prof, sched_cfg, OnlinePredictor(), client_sessions=True, scheduler_profile=told
+    )
     scale = Scale(length=cfg.length_scale, time=cfg.time_scale)
     reqs = requests(rate, cfg.duration_s, seed, scale)
     res = sim.run(reqs, cfg.duration_s, cfg.drain_s)
@@ -185,6 +184,13 @@ def main() -> None:
         metavar="X",
         help="every coefficient of the profile times X (the engine X times slower)",
     )
+    ap.add_argument(
+        "--scheduler-time",
+        type=float,
+        default=None,
+        metavar="Y",
+        help="the scheduler's profile times Y (default: X, it knows the engine's speed)",
+    )
     args = ap.parse_args()
     args.cfg = load_config(args.config)
     out = Path(args.out)
@@ -199,7 +205,8 @@ def main() -> None:
                 print(f"repeat {rep} rate {rate:g} {engine}: attainment {att:.0%}", flush=True)
     result = {
         "command": " ".join([sys.executable, *sys.argv]), "config": args.config,
-        "profile": args.profile, "engine_time": args.engine_time, "predictor": "online",
+        "profile": args.profile, "engine_time": args.engine_time,
+        "scheduler_time": args.scheduler_time, "predictor": "online",
         "executor": "simulator",
         "wall_s": round(time.monotonic() - t0, 1), "load": os.getloadavg()[0],
         "rows": rows, "cells": sorted(cells(rows), key=lambda c: (c["rate"], c["engine"])),
@@ -210,6 +217,8 @@ def main() -> None:
     title = "agent sessions (sessions-q1) in the simulator"
     if args.engine_time != 1.0:
         title += f", engine {args.engine_time:g}x slower than its profile"
+    if args.scheduler_time is not None:
+        title += f", scheduler told {args.scheduler_time:g}x"
     plot_protocol(result, out / "attainment.png", title)
     print(result["table"])
 

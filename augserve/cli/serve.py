@@ -120,6 +120,7 @@ def engine_args(args: argparse.Namespace, model: str) -> Any:
         compile=args.compile,
         seed=args.seed,
         session_ttl=args.session_ttl,
+        pace_window=args.pace_window,
         scheduler=scheduler_overrides(args),
         **_not_honoured(args, {f.name for f in fields(EngineArgs)}),
     )

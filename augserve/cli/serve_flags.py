@@ -214,6 +214,11 @@ def scheduler_flags(p: argparse.ArgumentParser) -> None:
         f"placeholder; shipped: {', '.join(argtypes.profile_names())})",
     )  # fmt: skip
     g.add_argument(
+        "--pace-window", type=argtypes.int_arg(0), default=0, metavar="N",
+        help="price with the profile scaled by the pace the engine measures on its own "
+        "iterations, read every N busy iterations (0: off; docs/scheduler.md)" + D,
+    )  # fmt: skip
+    g.add_argument(
         "--slo-ttft", type=_positive_float, default=1.0,
         help="the SLO's time to first token, seconds (metrics, and augserve-slo's triage)" + D,
     )  # fmt: skip

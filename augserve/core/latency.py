@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Protocol
 
 
@@ -159,6 +159,16 @@ class LatencyProfile:
 
     def swap_tokens_per_iter(self) -> int:
         return max(1, int(self.swap_bandwidth * self.decode_iter_time() / self.kv_bytes))
+
+    def scaled(self, pace: float) -> LatencyProfile:
+        """The profile of an engine `pace` times slower at every batch (the forward's
+        coefficients; the memory facts and the host link unchanged; `core/pace.py`)."""
+        if not (math.isfinite(pace) and pace > 0):
+            raise ValueError(f"pace must be a finite number > 0, got {pace}")
+        return replace(
+            self, c0=self.c0 * pace, c_prefill=self.c_prefill * pace,
+            c_attn=self.c_attn * pace, c_decode=self.c_decode * pace, c_ctx=self.c_ctx * pace,
+        )  # fmt: skip
 
     # --- capacity --------------------------------------------------------------
     def device_blocks(self, block_size: int) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
+from augserve.core.pace import PaceConfig
 from augserve.engine.background_fit import LatencyFit, SwitchableLatency
 from augserve.engine.engine import LLMEngine
 from augserve.engine.kv_cache import KVCacheConfig
@@ -48,7 +49,9 @@ class EngineArgs:
     on for `augserve-slo`, `vllm-apc` and `continuum`. `augserve serve` turns it on for
     every policy unless `--no-enable-prefix-caching`. `session_ttl`:
     how long a request that ended with "tool_calls" keeps its KV as a paused client
-    session (`sched/sessions.py`; 0: it finishes at the call)."""
+    session (`sched/sessions.py`; 0: it finishes at the call). `pace_window` > 0: the
+    latency model follows the pace measured on the engine's own iterations, read every
+    that many busy steps (`engine_pace.py`; 0, the default: the profile as it is)."""
 
     model: str
     policy: str = "augserve"
@@ -72,6 +75,7 @@ class EngineArgs:
     seed: int = 0
     enable_prefix_caching: bool | None = None
     session_ttl: float = 600.0
+    pace_window: int = 0  # > 0: the latency model follows the measured pace (`engine_pace.py`)
     scheduler: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -86,7 +90,7 @@ class EngineArgs:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"EngineArgs.{name} must be >= 1, got {value}")
-        for name in ("num_host_blocks", "swap_space"):
+        for name in ("num_host_blocks", "swap_space", "pace_window"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"EngineArgs.{name} must be >= 0, got {value}")
@@ -185,6 +189,9 @@ def build_engine(
     config = args.scheduler_config()
     latency, source = resolve_latency(args, runner, config, latency)
     log.info("latency model: %s (%s)", getattr(latency, "name", type(latency).__name__), source)
+    fit_now = isinstance(latency, SwitchableLatency)
+    if args.pace_window and not fit_now:
+        latency = SwitchableLatency(latency)  # the pace swaps the model under the scheduler
     engine = LLMEngine(
         runner,
         config,
@@ -195,7 +202,9 @@ def build_engine(
         max_model_len=args.max_model_len,
     )
     engine.latency_source = source
-    if isinstance(latency, SwitchableLatency):  # no cached fit: fit while serving
+    if args.pace_window:
+        engine.follow_pace(PaceConfig(window=args.pace_window))
+    if fit_now:  # no cached fit: fit while serving
         where = cache_path(runner, config, args.model, None)
         engine.latency_fit = LatencyFit(
             runner, config.max_batch_tokens, config.max_num_seqs, Path(args.model).name, where

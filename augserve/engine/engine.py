@@ -26,9 +26,11 @@ from collections.abc import Callable, Sequence
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.latency import LatencyModel
+from augserve.core.pace import PaceConfig
 from augserve.core.prediction import Prediction, Predictor
 from augserve.core.request import FinishReason, Request, Segment
 from augserve.engine.background_fit import LatencyFit, SwitchableLatency
+from augserve.engine.engine_pace import EnginePace
 from augserve.engine.engine_step import (
     BatchFailed,
     EngineStep,
@@ -80,6 +82,7 @@ class LLMEngine:
         # where the latency model came from: fitted / cached / file / default (`builder`)
         self.latency_source = "file" if latency is not None else "default"
         self.latency_fit: LatencyFit | None = None  # a fit running between steps
+        self.pace: EnginePace | None = None  # the latency model follows the engine's pace
         self.predictor = predictor or make_predictor(self.config.predictor)
         self.scheduler = Scheduler(self.config, self.latency, self.predictor)
         self.clock = clock
@@ -218,9 +221,19 @@ class LLMEngine:
         must have been built with a `SwitchableLatency`, `builder.build_engine`)."""
         if not isinstance(self.latency, SwitchableLatency):
             raise ValueError("set_latency needs an engine built with a SwitchableLatency")
-        self.latency.current = latency
+        if self.pace is not None:
+            self.pace.rebase(latency)
+        else:
+            self.latency.current = latency
         self.scheduler.latency_changed()
         self.latency_source = source
+
+    def follow_pace(self, config: PaceConfig) -> None:
+        """Price with the profile scaled by the pace measured on this engine's own
+        iterations (`engine_pace.py`; needs a `SwitchableLatency`, as `set_latency`)."""
+        if not isinstance(self.latency, SwitchableLatency):
+            raise ValueError("follow_pace needs an engine built with a SwitchableLatency")
+        self.pace = EnginePace(self.latency, config, self.config.block_size)
 
     def fit_step(self) -> None:
         """One piece of the background latency fit (`background_fit.py`), between steps;
@@ -260,6 +273,7 @@ class LLMEngine:
         """One iteration on the engine's clock (`now`, if given, is its start and end).
         A forward that raises fails its batch only: `BatchFailed` (module doc)."""
         out = self.schedule(self.clock() if now is None else now)
+        t0 = time.perf_counter()
         try:
             results = self.execute(out)
         except Exception as exc:
@@ -268,6 +282,9 @@ class LLMEngine:
                 self.abort(rid, error=True)
             step = self.commit(out, {}, self.clock() if now is None else now)
             raise BatchFailed(exc, rids, step) from exc
+        pace = self.pace
+        if pace is not None and now is None and pace.observe(out, time.perf_counter() - t0):
+            self.scheduler.latency_changed()  # wall time only: a virtual clock has no pace
         return self.commit(out, results, self.clock() if now is None else now)
 
     def schedule(self, now: float) -> SchedulerOutput:

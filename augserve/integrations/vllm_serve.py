@@ -22,7 +22,7 @@ log = logging.getLogger("augserve.serve")
 SCHEDULER = "augserve.integrations.vllm.AugServeScheduler"
 _DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 # our flags that vLLM's CPU or GPU engine has no counterpart for (a warning each)
-_NOT_MAPPED = ("swap_space", "threads", "compile", "session_ttl")
+_NOT_MAPPED = ("swap_space", "threads", "compile", "session_ttl", "pace_window")
 
 
 def plugin_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -83,7 +83,7 @@ def engine_kwargs(args: argparse.Namespace, model: str, dtype: str | None) -> di
 
 def not_mapped(args: argparse.Namespace) -> list[str]:
     """Our flags that were set but mean nothing to vLLM (each logged once)."""
-    defaults = {"session_ttl": 600.0}
+    defaults = {"session_ttl": 600.0, "pace_window": 0}
     out = []
     for name in _NOT_MAPPED:
         value = getattr(args, name, None)

@@ -39,7 +39,7 @@ from augserve.server.app import create_app, drain
 from augserve.server.health import HealthCollector
 from augserve.server.metrics import ServerMetrics
 from augserve.server.middleware import timed_protocol
-from augserve.server.predictions import apply_tool_priors
+from augserve.server.predictions import apply_tool_priors, engine_pace
 from augserve.server.preparation import PrepCollector
 from augserve.server.state import ServerLimits, ServerState
 from augserve.server.tool_checks import check_commands
@@ -136,6 +136,7 @@ def build_state(
         opts.slo,
         engine.predictor,
         lambda: getattr(engine, "latency_source", "default"),
+        lambda: engine_pace(engine),
     )
     state = ServerState(
         aengine,

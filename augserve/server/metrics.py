@@ -144,12 +144,13 @@ class ServerMetrics:
         slo: SLOConfig,
         predictor: Any = None,
         latency_source: str | Callable[[], str] = "default",
+        pace: Callable[[], float] | None = None,
     ) -> None:
         self.slo = slo
         self.registry = CollectorRegistry()
         self.registry.register(_EngineCollector(stats))
         self.registry.register(_MemoryCollector())
-        self.registry.register(PredictionCollector(predictor, latency_source))
+        self.registry.register(PredictionCollector(predictor, latency_source, pace))
         r = self.registry
         self.ttft = Histogram(
             "augserve_time_to_first_token_seconds",

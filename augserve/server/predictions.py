@@ -29,13 +29,26 @@ def apply_tool_priors(predictor: Any, tools: ToolsConfig) -> None:
             calls.set_prior(spec.name, spec.limits.expected_duration)
 
 
-class PredictionCollector:
-    """`augserve_tool_predicted_seconds{tool}` and its error; the latency model's source."""
+def engine_pace(engine: Any) -> float:
+    """The engine's measured pace; 1 when it follows none (`engine/engine_pace.py`)."""
+    pace = getattr(engine, "pace", None)
+    return float(pace.pace) if pace is not None else 1.0
 
-    def __init__(self, predictor: Any, latency_source: str | Callable[[], str]) -> None:
+
+class PredictionCollector:
+    """`augserve_tool_predicted_seconds{tool}` and its error; the latency model's source
+    and pace."""
+
+    def __init__(
+        self,
+        predictor: Any,
+        latency_source: str | Callable[[], str],
+        pace: Callable[[], float] | None = None,
+    ) -> None:
         self.predictor = predictor
         # a callable is read at each scrape: the source changes when a background fit ends
         self.latency_source = latency_source
+        self.pace = pace  # the engine's measured pace (`engine_pace.py`), read at each scrape
 
     def collect(self) -> Iterator[Metric]:
         info = GaugeMetricFamily(
@@ -46,6 +59,13 @@ class PredictionCollector:
         source = self.latency_source
         info.add_metric([source() if callable(source) else source], 1.0)
         yield info
+        pace = GaugeMetricFamily(
+            "augserve_latency_pace",
+            "The latency model's scale: the engine's measured pace over its profile's "
+            "(1 when not followed, --pace-window)",
+        )
+        pace.add_metric([], self.pace() if self.pace is not None else 1.0)
+        yield pace
         calls = getattr(self.predictor, "calls", None)
         if calls is None:
             return

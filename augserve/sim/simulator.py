@@ -130,10 +130,13 @@ class Simulator:
         check: bool = False,
         observer: Observer | None = None,
         client_sessions: bool = False,
+        scheduler_profile: LatencyProfile | None = None,
     ) -> None:
         """`client_sessions`: calls run on the client, each turn a request of its own
-        (`client_sessions.py`)."""
+        (`client_sessions.py`). `profile` times the iterations; `scheduler_profile` is
+        what the scheduler believes of them (default `profile`: it knows the engine)."""
         self.profile = profile
+        self.scheduler_profile = profile if scheduler_profile is None else scheduler_profile
         self.config = config
         self.predictor = predictor
         self.sched: Scheduler | None = None  # built by `run`
@@ -234,7 +237,7 @@ class Simulator:
         predictor = self.predictor
         if predictor is not None and should_precompute(predictor):
             predictor = PrecomputedPredictor(predictor, offered)
-        sched = self.sched = Scheduler(self.config, self.profile, predictor)
+        sched = self.sched = Scheduler(self.config, self.scheduler_profile, predictor)
         for req in offered:
             self._push(req.arrival_time, _ARRIVAL, req)
         stop = window + drain

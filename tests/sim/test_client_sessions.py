@@ -95,3 +95,19 @@ def test_every_policy_ends_every_session_under_kv_pressure(policy, ttl, blocks, 
         assert reasons[f"s{i}/{len(segs)}"] is FinishReason.STOP
         assert all(reasons[f"s{i}" + (f"/{k}" if k else "")] is FinishReason.TOOL_CALLS
                    for k in range(len(segs)))  # fmt: skip
+
+
+def test_the_scheduler_can_believe_another_profile_than_the_engine_runs() -> None:
+    """`scheduler_profile`: the iterations keep the engine's times (the by-hand ones of
+    the first test) while the scheduler is handed the other profile, as a served
+    scheduler whose profile is off its engine (`sessions-q1 in the simulator`)."""
+    told = EASY.scaled(2.0)
+    cfg = scheduler_config_for(EASY, "augserve", session_ttl=60.0, enable_prefix_caching=True)
+    sim = Simulator(EASY, cfg, make_predictor("oracle"), client_sessions=True,
+                    scheduler_profile=told)  # fmt: skip
+    res = sim.run([Request("a", 0.0, 10, [Segment(2, 0.5, 3), Segment(2)])], 10.0)
+    reqs = {r.request_id: r for r in res.requests}
+    assert sim.sched is not None and sim.sched.latency is told
+    assert sim.sched.policy.tau_iter == pytest.approx(2 * EASY.decode_iter_time())
+    assert reqs["a"].first_token_time == pytest.approx(0.020)
+    assert reqs["a/1"].finish_time == pytest.approx(0.554)
