@@ -6,8 +6,12 @@ OUT/sched.jsonl (docs/results-vs-vllm.md, "sessions-q1").
 
     python benchmarks/vs_vllm/diag_sessions.py POLICY|vllm RATE DURATION_S SEED OUT_DIR
 
-It uses the profile the q1 run fitted (runs/vs_vllm/sessions-q1/profile-augserve.json)
-and the q1 config's workload, memory and settings.
+`vllm` is real vLLM; `serve:vllm` is `augserve serve --policy vllm` (our engine).
+
+It uses the profile the q1 run fitted (runs/vs_vllm/sessions-q1/profile-augserve.json;
+`DIAG_PROFILE=FILE` for another) and the q1 config's workload, memory, settings and
+SLO (the server is told it, as `bench_tools.py` tells it); `DIAG_FLAGS="..."` adds
+flags to `augserve serve` (e.g. `--pace-window 64`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 CONFIG = ROOT / "benchmarks/configs/vs-vllm-agent-sessions-q1.json"
 MODEL = ROOT / "runs/calib/llama-small"
-PROFILE = ROOT / "runs/vs_vllm/sessions-q1/profile-augserve.json"
+PROFILE = Path(
+    os.environ.get("DIAG_PROFILE", ROOT / "runs/vs_vllm/sessions-q1/profile-augserve.json")
+)
 
 
 def scrape(url: str, path: Path, stop: threading.Event) -> None:
@@ -55,6 +61,7 @@ def main() -> None:
     )
     out = Path(sys.argv[5])
     out.mkdir(parents=True, exist_ok=True)
+    real_vllm, policy = policy == "vllm", policy.removeprefix("serve:")
     sys.argv = ["bench_tools.py", "--config", str(CONFIG), "--model", str(MODEL),
                 "--out", str(out / "x.json")]  # fmt: skip
     import bench_tools as bt
@@ -64,10 +71,12 @@ def main() -> None:
     args = bt.parse_args()
     args.model = str(MODEL)
     servers: list[Any] = []
-    if policy == "vllm":
+    if real_vllm:
         srv = bt.start(bt.vllm_server(args, out / "server.log"), servers)
     else:
-        srv = bt.augserve_server(args, policy, out / "server.log", PROFILE, None, "online")
+        slo = bt.slo_config(args.cfg)
+        srv = bt.augserve_server(args, policy, out / "server.log", PROFILE, slo, "online")
+        srv.argv += os.environ.get("DIAG_FLAGS", "").split()
         srv.env = {**srv.env, "PYTHONPATH": str(HERE / "diag_site"),
                    "AUGSERVE_DIAG_LOG": str(out / "sched.jsonl")}  # fmt: skip
         bt.start(srv, servers)
@@ -76,7 +85,7 @@ def main() -> None:
     vocab = json.loads((MODEL / "config.json").read_text())["vocab_size"]
     scale = Scale(length=args.length_scale, time=args.time_scale)
     work = build_workload(rate, duration, seed, scale, vocab, args.workload)
-    extras = plain_turn_extras if policy == "vllm" else augserve_turn_extras
+    extras = plain_turn_extras if real_vllm else augserve_turn_extras
     load = os.getloadavg()[0]
     args.duration = duration
     try:
