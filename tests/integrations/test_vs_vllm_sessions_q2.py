@@ -1,7 +1,8 @@
 """The agent-session comparison against real vLLM under the protocol, q2 (issue 36):
-parts 0 and 1 of 3 follow the config committed before them (byte for byte), with equal
-memory and the SLO told, on quiet machines; the numbers docs/results-vs-vllm.md and the
-README state are in them; and the diagnosis cells after part 1 say what the docs say."""
+its 3 parts follow the config committed before them (byte for byte), with equal memory
+and the SLO told, on quiet machines; the merged file is what `bench_parts.py` makes of
+them; the numbers docs/results-vs-vllm.md and the README state are in them; and the
+diagnosis cells after part 1 say what the docs say."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-agent-sessions-q2.json"
-PARTS = [ROOT / "docs" / "data" / f"vs-vllm-agent-sessions-q2-part-{k}.json" for k in (0, 1)]
+PARTS = [ROOT / "docs" / "data" / f"vs-vllm-agent-sessions-q2-part-{k}.json" for k in range(3)]
+MERGED = ROOT / "docs" / "data" / "vs-vllm-agent-sessions-q2.json"
 DIAG = ROOT / "docs" / "data" / "sessions-q2-diag"
 OURS = "augserve:augserve-slo+online"
 # (rate, engine) -> SLO attainment in percent, as docs/results-vs-vllm.md states them
@@ -23,6 +25,8 @@ STATED = [
      (0.6, "vllm"): 72, (0.6, OURS): 13},
     {(0.2, "vllm"): 82, (0.2, OURS): 55, (0.4, "vllm"): 67, (0.4, OURS): 7,
      (0.6, "vllm"): 41, (0.6, OURS): 6},
+    {(0.2, "vllm"): 91, (0.2, OURS): 83, (0.4, "vllm"): 85, (0.4, OURS): 22,
+     (0.6, "vllm"): 51, (0.6, OURS): 3},
 ]  # fmt: skip
 
 
@@ -31,7 +35,7 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.parametrize("k", [0, 1])
+@pytest.mark.parametrize("k", [0, 1, 2])
 def test_each_part_ran_its_repeat_of_the_committed_config(k: int) -> None:
     part, cfg = _read(PARTS[k]), _read(CONFIG)
     assert part["config"] == "benchmarks/configs/vs-vllm-agent-sessions-q2.json"
@@ -51,7 +55,7 @@ def test_each_part_ran_its_repeat_of_the_committed_config(k: int) -> None:
         assert r["metrics"]["num_unfinished"] == 0
 
 
-@pytest.mark.parametrize("k", [0, 1])
+@pytest.mark.parametrize("k", [0, 1, 2])
 def test_the_attainments_the_docs_state(k: int) -> None:
     got = {
         (r["rate"], r["engine"]): round(100 * r["metrics"]["slo_attainment"])
@@ -63,7 +67,32 @@ def test_the_attainments_the_docs_state(k: int) -> None:
 def test_the_parts_ran_on_the_machines_the_docs_name() -> None:
     cpus = [_read(p)["cpu"] for p in PARTS]
     assert cpus[0]["model"].startswith("Intel") and cpus[0]["amx"]
-    assert cpus[1]["model"].startswith("AMD") and not cpus[1]["amx"]
+    for k in (1, 2):
+        assert cpus[k]["model"].startswith("AMD") and not cpus[k]["amx"]
+
+
+def test_the_merged_result_is_the_parts_and_both_capacities_are_censored_below() -> None:
+    """The means the docs state (78 / 37 / 7% vs 88 / 78 / 55%), and no capacity ratio:
+    both systems are under 90% at the grid's lowest rate."""
+    merged = _read(MERGED)
+    assert merged["repeats"] == 3 and merged["memory"] == _read(CONFIG)["memory"]
+    assert [p["repeats_run"] for p in merged["parts"]] == [[0], [1], [2]]
+    for c in merged["cells"]:
+        per = [
+            r["metrics"]["slo_attainment"]
+            for k in range(3)
+            for r in _read(PARTS[k])["rows"]
+            if (r["rate"], r["engine"]) == (c["rate"], c["engine"])
+        ]
+        assert c["attainment"] == per
+    means = {(c["rate"], c["engine"]): round(100 * c["attainment_interval"]["mean"])
+             for c in merged["cells"]}  # fmt: skip
+    assert means == {(0.2, OURS): 78, (0.4, OURS): 37, (0.6, OURS): 7,
+                     (0.2, "vllm"): 88, (0.4, "vllm"): 78, (0.6, "vllm"): 55}  # fmt: skip
+    for engine in (OURS, "vllm"):
+        assert merged["capacity"][engine]["censored"] == "below"
+    ratio = merged["capacity_ratio"][OURS]
+    assert ratio["censored"] and ratio["lower_bound"] is None
 
 
 def _wall_over_predicted(name: str) -> float:
