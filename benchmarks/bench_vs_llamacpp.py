@@ -186,7 +186,10 @@ def prefill_text(model_dir: Path, tokens: int = PREFILL_TOKENS) -> str:
 
 
 async def _measure(url: str, prefill: str) -> dict[str, float]:
-    async with httpx.AsyncClient(timeout=3600) as c:
+    # no keep-alive: llama.cpp's server closes a connection after a streamed response, and
+    # a request sent on such a connection fails (RemoteProtocolError)
+    limits = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=3600, limits=limits) as c:
         await _stream(c, url, "Hello", 8)  # warm up
         _, dt, n = await _stream(c, url, "Once upon a time", 128)
         t0 = time.perf_counter()

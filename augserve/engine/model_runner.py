@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -27,6 +28,9 @@ from augserve.engine.runner_config import DTYPES, RunnerConfig
 from augserve.engine.sampler import Logprob, Sampler, logprobs_of
 from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tokenizer import read_eos_token_ids
+
+if TYPE_CHECKING:
+    from augserve.engine.native.decoder import NativeDecoder
 
 GRAPH_MAX_BATCH = 256  # decode steps of more sequences run without a CUDA graph
 
@@ -86,6 +90,7 @@ class ModelRunner:
             cfg.kv, m.num_layers, m.num_kv_heads, m.head_dim, self.dtype, self.device, graphs
         )
         self._graphs = self._decode_graphs() if graphs else None
+        self.native = self._native_decoder()
         self.sampler = Sampler()
         self.last_logprobs: list[Logprob | None] = []  # per chunk of the last `sample`
         self.eos_token_ids: tuple[int, ...] = read_eos_token_ids(cfg.model_dir)
@@ -100,6 +105,16 @@ class ModelRunner:
             self.model, (kv.k_caches, kv.v_caches), kv.scratch_block, bs, GRAPH_MAX_BATCH,
             (self.model.max_model_len + bs - 1) // bs, self.device, self.compiled,
         )  # fmt: skip
+
+    def _native_decoder(self) -> NativeDecoder | None:
+        """Decode steps in one native call (engine/native/): quantized CPU models whose
+        weights all went to the native kernels, unless compiled."""
+        if not self.quantized or self.compiled or self.device.type != "cpu":
+            return None
+        from augserve.engine.native.decoder import NativeDecoder
+
+        kv = self.kv
+        return NativeDecoder.for_model(self.model, kv.k_caches, kv.v_caches, kv.block_size)
 
     @classmethod
     def from_dir(
@@ -201,6 +216,8 @@ class ModelRunner:
             out = self._graphs.run(inp.input_ids, inp.positions, meta)
             if out is not None:
                 return out
+        if self.native is not None and not meta.prefills:
+            return self.native.decode(inp.input_ids, inp.positions, meta)
         fwd: Callable[..., torch.Tensor] = self.model
         if self._decode_forward is not None and not meta.prefills:
             fwd = self._decode_forward

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,9 +33,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from augserve.engine.quant_embed import QuantEmbedding
-from augserve.engine.quant_prefill import dequantize_packed, use_dequantized
+from augserve.engine.quant_prefill import DEQUANT_ROWS, dequantize_packed, use_dequantized
+
+if TYPE_CHECKING:
+    from augserve.engine.native.qmatrix import NativeMatrix
 
 INT4_OFFSET = 8
+QK = 32  # the native kernels' block
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,35 @@ def _with_zero(qt: QTensor) -> QTensor:
     return replace(qt, zero=torch.zeros_like(qt.scale))
 
 
+def native_wanted(qt: QTensor) -> bool:
+    """Whether a weight goes to the native kernels (native/): they build here, are not
+    turned off (AUGSERVE_NATIVE=0), and `qt` has a block form. They quantize the
+    activations to int8 (as llama.cpp does); a model asked for float32 activations keeps
+    torch's kernels, whose products equal the dequantized weight's (docs/engine-quant.md)."""
+    from augserve.engine.native.build import available
+    from augserve.engine.native.qmatrix import packable
+
+    return packable(qt) and available()
+
+
+def native_pack(qt: QTensor) -> NativeMatrix:
+    from augserve.engine.native.qmatrix import pack
+
+    return pack(qt)
+
+
+def native_matmul(x: torch.Tensor, w: NativeMatrix) -> torch.Tensor:
+    from augserve.engine.native.qmatrix import matmul
+
+    return matmul(x, w)
+
+
+def native_dequantize(w: NativeMatrix, dtype: torch.dtype) -> torch.Tensor:
+    from augserve.engine.native.qmatrix import dequantize
+
+    return dequantize(w, dtype)
+
+
 def int4_packable(n: int, k: int, group: int) -> bool:
     """Whether torch's CPU int4 kernel takes this shape (K even, whole groups)."""
     return k % 2 == 0 and group in (32, 64, 128, 256) and k % group == 0
@@ -162,6 +195,7 @@ class QuantLinear(nn.Module):
         self.bits = 0  # 0 until set_weight
         self.group = 0
         self.planes = 1  # 2: int8 in groups as two int4 planes stacked along N
+        self.native: NativeMatrix | None = None  # the native kernels' form (native/)
         self.packed: torch.Tensor | None  # int4: packed; int8: q; dense: the weight
         self.scales: torch.Tensor | None  # int4: [K/g, N, 2]; int8: [N]
         self.register_buffer("packed", None, persistent=False)
@@ -175,6 +209,11 @@ class QuantLinear(nn.Module):
                 f"weight shape {qt.shape} != ({self.out_features}, {self.in_features})"
             )
         n, k = qt.shape
+        self.native = None
+        if act_dtype != torch.float32 and native_wanted(qt):  # fp32: torch's exact kernels
+            self.native, self.bits, self.group = native_pack(qt), qt.bits, QK
+            self.packed = self.scales = None
+            return
         grouped8 = qt.bits == 8 and qt.group < k  # runs as two int4 planes
         if (qt.bits == 4 or grouped8) and not int4_packable(n, k, qt.group):
             qt = quantize_int8(qt.dequantize())  # per channel
@@ -197,7 +236,13 @@ class QuantLinear(nn.Module):
             self.packed = qt.q.to(act_dtype).contiguous()
             self.scales = None
 
+    @property
+    def loaded(self) -> bool:
+        return self.native is not None or self.packed is not None
+
     def weight_bytes(self) -> int:
+        if self.native is not None:
+            return self.native.nbytes
         return sum(
             t.numel() * t.element_size() for t in (self.packed, self.scales) if t is not None
         )
@@ -211,6 +256,8 @@ class QuantLinear(nn.Module):
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] -> [M, N] in x's dtype; no op is dispatched that would do nothing (a
         decode step runs 4 of these a layer: each op is microseconds of overhead)."""
+        if self.native is not None:
+            return self._native_matmul(x)
         packed, scales = self.packed, self.scales
         if packed is None:
             raise RuntimeError("QuantLinear used before set_weight")
@@ -233,10 +280,26 @@ class QuantLinear(nn.Module):
             y.add_(self.bias)
         return y if y.dtype == x.dtype else y.to(x.dtype)
 
+    def _native_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """The native kernels (native/qmatrix.py): int8 activations against the blocks,
+        float32 out; prefill-sized products multiply the dequantized weight instead."""
+        w = self.native
+        assert w is not None
+        if x.shape[0] >= DEQUANT_ROWS:
+            dtype = torch.bfloat16 if self.act_dtype == torch.bfloat16 else torch.float32
+            y = F.linear(x.to(dtype), native_dequantize(w, dtype))
+        else:
+            y = native_matmul(x, w)
+        if self.bias is not None:
+            y = y + self.bias
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+
     def extra_repr(self) -> str:
         form = {4: f"int4 group {self.group}", 8: "int8 per channel", 16: "dense"}
         kind = form.get(self.bits, "empty")
-        if self.planes == 2:
+        if self.native is not None:
+            kind = f"native q{self.native.kind} blocks of {QK}"
+        elif self.planes == 2:
             kind = f"int8 group {self.group} as two int4 planes"
         return f"in={self.in_features}, out={self.out_features}, {kind}"
 
@@ -248,7 +311,7 @@ def quant_modules(model: nn.Module) -> list[Any]:
 def check_loaded(model: nn.Module, where: str) -> None:
     """ValueError naming the first quantized module the loader left empty."""
     for name, m in model.named_modules():
-        empty = (isinstance(m, QuantLinear) and m.packed is None) or (
+        empty = (isinstance(m, QuantLinear) and not m.loaded) or (
             isinstance(m, QuantEmbedding) and m.raw is None
         )
         if empty:

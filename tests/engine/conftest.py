@@ -40,3 +40,17 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         name: make_model(arch, "tiny", root / name, seed=i, overrides=ov)
         for i, (name, (arch, ov)) in enumerate(VARIANTS.items())
     }
+
+
+@pytest.fixture
+def torch_kernels(monkeypatch: pytest.MonkeyPatch) -> object:
+    """torch's quantized kernels instead of the native ones (AUGSERVE_NATIVE=0) for one
+    test; the cached choice is forgotten before and after it."""
+    from augserve.engine.native import build
+
+    monkeypatch.setenv("AUGSERVE_NATIVE", "0")
+    build.load.cache_clear()
+    build.available.cache_clear()
+    yield None
+    build.load.cache_clear()
+    build.available.cache_clear()

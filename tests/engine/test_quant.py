@@ -5,6 +5,7 @@ what its dequantized fp32 load generates."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import gguf
@@ -190,13 +191,8 @@ def test_get_quant_undoes_the_qk_permutation(
         assert torch.allclose(src.get_quant(name).dequantize(), src.get(name), atol=1e-6)
 
 
-def test_quantized_decode_step_dispatches_few_ops(llama_dir: Path, tmp_path: Path) -> None:
-    """A batch-1 decode step's ops, counted at torch's dispatcher (what costs
-    microseconds each at decode sizes, docs/engine-quant.md): per layer at most 52
-    (the quantized SmolLM2 path dispatched 90 a layer before: no-op casts, reshapes,
-    advanced-index gathers, a mask and SDPA for one query, rotary of q and k apart)."""
-    from collections import Counter
-
+def _count_decode_ops(r: ModelRunner) -> Counter[str]:
+    """The ops one batch-1 decode step dispatches, counted at torch's dispatcher."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from augserve.engine.model_runner import SeqChunk
@@ -211,17 +207,40 @@ def test_quantized_decode_step_dispatches_few_ops(llama_dir: Path, tmp_path: Pat
             self.ops[str(func.overloadpacket)] += 1
             return func(*args, **(kwargs or {}))
 
-    model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0))
-    r = _runner(model, "bf16", True)
     greedy = SamplingParams(temperature=0.0)
     r.execute([SeqChunk("a", list(range(10, 30)), 0, [0, 1, 2, 3], True, greedy)])
     with Count() as c:
         r.execute([SeqChunk("a", [5], 20, [0, 1, 2, 3], True, greedy)])
-    layers = r.model.num_layers
-    assert c.ops["aten._weight_int4pack_mm_for_cpu"] == 4 * layers + 1  # + the LM head
-    assert c.ops["aten.index_select"] == 2 * layers + 4  # K, V; embedding, cos, sin, sampled row
-    assert c.ops["aten.scaled_dot_product_attention"] == 0 and c.ops["aten.index"] == 0
-    assert sum(c.ops.values()) <= 52 * layers + 60, c.ops  # + embedding, sampling, rotary
+    return c.ops
+
+
+def test_quantized_decode_step_dispatches_few_ops(
+    llama_dir: Path, tmp_path: Path, torch_kernels: None
+) -> None:
+    """torch's kernels (AUGSERVE_NATIVE=0): a batch-1 decode step's ops per layer at
+    most 52 (what costs microseconds each at decode sizes, docs/engine-quant.md; the
+    quantized SmolLM2 path dispatched 90 a layer before: no-op casts, reshapes,
+    advanced-index gathers, a mask and SDPA for one query, rotary of q and k apart)."""
+    model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0))
+    r = _runner(model, "bf16", True)
+    assert r.native is None
+    ops, layers = _count_decode_ops(r), r.model.num_layers
+    assert ops["aten._weight_int4pack_mm_for_cpu"] == 4 * layers + 1  # + the LM head
+    assert ops["aten.index_select"] == 2 * layers + 4  # K, V; embedding, cos, sin, sampled row
+    assert ops["aten.scaled_dot_product_attention"] == 0 and ops["aten.index"] == 0
+    assert sum(ops.values()) <= 52 * layers + 60, ops  # + embedding, sampling, rotary
+
+
+def test_native_decode_step_dispatches_no_op_per_layer(llama_dir: Path, tmp_path: Path) -> None:
+    """The native kernels: every layer of a decode step runs in one call (native/
+    decoder.py), so the step dispatches only the embedding lookup, a cast and the
+    sampler's ops, however many layers (the torch path: ~50 a layer)."""
+    model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0))
+    r = _runner(model, "bf16", True)
+    assert r.native is not None
+    ops = _count_decode_ops(r)
+    assert ops["aten._weight_int4pack_mm_for_cpu"] == 0 and ops["aten.index_select"] <= 3, ops
+    assert sum(ops.values()) <= 60, ops  # the step's index tensors, embedding, sampler
 
 
 @pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)

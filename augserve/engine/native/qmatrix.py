@@ -1,0 +1,117 @@
+"""Quantized weights in the native kernels' block formats, and products with them.
+
+`pack(qt)` turns a `quant.QTensor` into a `NativeMatrix` in the row formats of
+`kernels.c`: int4 weights as q4 rows (w = d q + m per block of 32, exact for GGUF's
+Q4_0 / Q4_1 / Q4_K), int8 weights as q8 rows (exact for Q8_0, and for int8 per channel
+with its scale repeated per block). Groups of 64, 128 or 256 are whole groups of 32 with equal
+scales, so they pack exactly too. `matmul` quantizes the activations to int8 per 32
+(as llama.cpp does for its integer dot products) and runs the kernel on
+`torch.get_num_threads()` threads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import torch
+
+from augserve.engine.native.build import load
+from augserve.engine.quant import INT4_OFFSET, QTensor
+
+QK = 32
+Q4_BYTES, Q8_BYTES = 24, 40  # per block of a row: d, m and the quants
+
+
+def packable(qt: QTensor) -> bool:
+    """Whether `qt` has a native form: int4 or int8, K and the group multiples of 32."""
+    k = qt.shape[1]
+    return qt.bits in (4, 8) and k % QK == 0 and qt.group % QK == 0
+
+
+@dataclass(frozen=True)
+class NativeMatrix:
+    """A weight [n, k] in rows of blocks: `data` uint8 [n, k / 32 * block bytes]."""
+
+    data: torch.Tensor
+    kind: int  # 4 or 8
+    n: int
+    k: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in (4, 8):
+            raise ValueError(f"kind must be 4 or 8, got {self.kind}")
+        per = Q4_BYTES if self.kind == 4 else Q8_BYTES
+        if tuple(self.data.shape) != (self.n, self.k // QK * per):
+            shape = tuple(self.data.shape)
+            raise ValueError(f"data shape {shape} does not hold [{self.n}, {self.k}]")
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel()
+
+
+def _per_block(t: torch.Tensor | None, n: int, group: int, nb: int) -> torch.Tensor:
+    """[n, k / group] -> [n, k / 32] float32 (each group's value on each of its blocks)."""
+    if t is None:
+        return torch.zeros(n, nb)
+    return t.float().repeat_interleave(group // QK, dim=1).reshape(n, nb)
+
+
+def pack(qt: QTensor) -> NativeMatrix:
+    """`qt` in block form (see the module doc); ValueError if not `packable`."""
+    if not packable(qt):
+        raise ValueError(f"no native form for bits={qt.bits}, group={qt.group}, K={qt.shape[1]}")
+    assert qt.scale is not None
+    n, k = qt.shape
+    nb = k // QK
+    d = _per_block(qt.scale, n, qt.group, nb)
+    m = _per_block(qt.zero, n, qt.group, nb)
+    if qt.bits == 4:
+        m = m - INT4_OFFSET * d  # (q - 8) s + z = s q + (z - 8 s)
+        q = qt.q.to(torch.uint8).view(n, nb, QK)
+        body = q[..., :16] | (q[..., 16:] << 4)
+    else:
+        m = m - 128 * d  # q s + z = (q + 128) s + (z - 128 s), q + 128 unsigned
+        body = (qt.q.to(torch.int16) + 128).to(torch.uint8)
+    scales = torch.cat([d, m], dim=1).contiguous().view(torch.uint8)
+    data = torch.cat([scales, body.reshape(n, -1)], dim=1).contiguous()
+    return NativeMatrix(data, qt.bits, n, k)
+
+
+def _lib() -> ctypes.CDLL:
+    return load()
+
+
+def quantize_activations(x: torch.Tensor) -> torch.Tensor:
+    """x float32 [M, K] (contiguous) -> its int8 form (kernels.c's activations), uint8."""
+    m, k = x.shape
+    lib = _lib()
+    out = torch.empty(int(lib.aug_acts_bytes(m, k)), dtype=torch.uint8)
+    lib.aug_quantize_rows(x.data_ptr(), m, k, k, out.data_ptr())
+    return out
+
+
+def matmul(x: torch.Tensor, w: NativeMatrix, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, k] (any float dtype) -> float32 [M, n] = x w^T (+ bias, float32 [n])."""
+    if x.shape[-1] != w.k:
+        raise ValueError(f"x has {x.shape[-1]} columns, the weight {w.k}")
+    x32 = x if x.dtype == torch.float32 and x.is_contiguous() else x.float().contiguous()
+    rows = x32.shape[0]
+    xa = quantize_activations(x32)
+    y = torch.empty(rows, w.n, dtype=torch.float32)
+    bp = None if bias is None else bias.data_ptr()
+    _lib().aug_gemm(w.data.data_ptr(), w.kind, xa.data_ptr(), y.data_ptr(), rows, w.n, w.k,
+                    w.n, bp, torch.get_num_threads())  # fmt: skip
+    return y
+
+
+def dequantize(w: NativeMatrix, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The weight [n, k] in float32 or bfloat16 (what prefill-sized products multiply)."""
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"dtype must be float32 or bfloat16, got {dtype}")
+    out = torch.empty(w.n, w.k, dtype=dtype)
+    kind = 0 if dtype == torch.float32 else 1
+    _lib().aug_dequant(w.data.data_ptr(), w.kind, w.n, w.k, out.data_ptr(), kind,
+                       torch.get_num_threads())  # fmt: skip
+    return out
