@@ -2,7 +2,8 @@
 
 Each tree (`--tree NAME=PATH`, a checkout of augserve: the code before and after a change)
 runs in its own subprocess with PYTHONPATH=PATH (`PATH,dense`: the GGUF file dequantized
-to bf16 instead, the path `--dtype bf16` loads), rounds alternated (ABBA...), best of the
+to bf16 instead, the path `--dtype bf16` loads; `PATH,torch`: quantized on torch's int4 /
+int8 kernels, AUGSERVE_NATIVE=0, instead of the native ones), rounds alternated (ABBA...), best of the
 rounds per tree: the time of a decode step of 1 and of 8 sequences, and of a 512-token
 prefill (CPU time), (ModelRunner.execute,
 greedy, contexts of ~100 tokens), in process, no server: wall time and the process's CPU
@@ -70,6 +71,12 @@ for _ in range(2):
     r.execute([SeqChunk("p", ids, 0, list(range(32, 64)), True, greedy)])
     best = min(best, time.process_time() - c0)
 out["cpu_ms_prefill512"] = 1e3 * best
+best = float("inf")
+for _ in range(2):
+    t0 = time.perf_counter()
+    r.execute([SeqChunk("p", ids, 0, list(range(32, 64)), True, greedy)])
+    best = min(best, time.perf_counter() - t0)
+out["wall_ms_prefill512"] = 1e3 * best
 print("RESULT " + json.dumps(out))
 """
 
@@ -78,6 +85,8 @@ def run_tree(path: str, model: str, threads: int, steps: int) -> dict[str, float
     path, _, mode = path.partition(",")
     env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
     env.pop("AUGSERVE_QUANT", None)
+    if mode == "torch":  # the quantized weights on torch's kernels, not the native ones
+        env["AUGSERVE_NATIVE"] = "0"
     p = subprocess.run(
         # -P: `python -c` would put the working directory first on sys.path, ahead of
         # PYTHONPATH, and every tree would run the checkout the bench was started from

@@ -1,23 +1,20 @@
 """What `--dtype auto` (no dtype given) loads: quantized GGUF weights, else the fastest
-exact dtype for the device found (docs/models.md).
+exact dtype for the device found (docs/models.md, docs/engine-quant.md).
 
-- A GGUF model directory on the CPU loads dequantized (bf16 where the CPU has bf16
-  instructions) unless AUGSERVE_QUANT=1 keeps its weights quantized (`engine/quant.py`,
-  activations in bf16; torch's int4 / int8 CPU kernels are many times slower on fp32
-  activations). Opt-in because of the quiet side-by-side run of 2026-12-02
-  (docs/engine-quant.md, docs/data/vs-llamacpp.json and vs-llamacpp-bf16.json): the
-  quantized path decodes 1.65-1.8x faster at batch 1 than bf16 but prefills 512 tokens of
-  a 0.5B model 3-4x slower (2.3-3.1 s vs 0.77 s: torch's int4 kernel costs grow with the
-  rows, and the dense fallback rebuilds each weight per call) and gives 0.77x its
-  8-concurrent throughput; on SmolLM2 it wins decode (43 vs 26 tok/s) and batch 8 (166 vs
-  131) and loses prefill (0.57 vs 0.38 s). With fp32 activations its logits equal the fp32
-  dequantization's; with bf16 activations its greedy agreement equals the bf16 load's.
-  Measured only on a CPU with bf16 instructions.
+- A GGUF model directory on the CPU keeps its weights quantized where augserve's native
+  kernels build (`engine/native/`: integer products on int8 activations and a fused
+  decode step; activations bf16 between the native calls). Measured side by side
+  (docs/engine-quant.md, "Native kernels"): on SmolLM2 Q4_1 a batch-1 decode step 3.9 ms
+  against 16.5 ms for the bf16 dequantized load and 8.9 ms on torch's int4 kernels; on a
+  0.5B Q4_0 model 12.3 / 42.4 / 12.8 ms, prefill of 512 tokens within 10% of the bf16
+  load (the dense product runs on the dequantized weight from 256 rows on).
+  AUGSERVE_QUANT=0 loads it dequantized instead; AUGSERVE_QUANT=1 keeps it quantized on
+  torch's int4 / int8 kernels where the native ones cannot build (opt-in there: those
+  prefill a 0.5B model 2x slower than the bf16 load).
 - Otherwise bf16 on CUDA and on CPUs with bf16 instructions (avx512_bf16, amx_bf16),
   fp32 on other CPUs, where bf16 matmuls are emulated and slower than fp32.
 
-AUGSERVE_QUANT=1 turns the quantized path on for GGUF files loaded without a dtype; an
-explicit dtype loads the GGUF file dequantized into that dtype (the reference the
+An explicit dtype loads the GGUF file dequantized into that dtype (the reference the
 quantized path is measured against).
 """
 
@@ -67,12 +64,19 @@ def quant_wanted(
     setting: bool | None, model_dir: str | Path, dtype: str | None, device: torch.device
 ) -> bool:
     """Whether to keep the weights quantized: only a GGUF directory on the CPU; then an
-    explicit setting wins, then, when no dtype is given, AUGSERVE_QUANT=1 (opt-in: the
-    quiet comparison in the module doc does not support it as the default)."""
+    explicit setting wins; then, when no dtype is given, AUGSERVE_QUANT (0 / 1), else
+    whether the native kernels build here (the module doc)."""
     if device.type != "cpu" or not is_gguf_dir(model_dir):
         if setting:
             raise ValueError("quantize: only GGUF models on the CPU have a quantized form")
         return False
     if setting is not None:
         return setting
-    return dtype is None and env_switch("AUGSERVE_QUANT") is True  # opt-in: the module doc
+    if dtype is not None:
+        return False
+    env = env_switch("AUGSERVE_QUANT")
+    if env is not None:
+        return env
+    from augserve.engine.native.build import available
+
+    return available()

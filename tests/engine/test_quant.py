@@ -153,30 +153,45 @@ def test_gguf_model_quantized_generates_as_dequantized(
     assert run_greedy(got, prompts, 12) == run_greedy(ref, prompts, 12)
 
 
-def test_auto_dtype_keeps_gguf_quantized_only_when_asked(
+def test_auto_dtype_keeps_gguf_quantized_where_the_native_kernels_build(
     llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """No dtype: a GGUF file stays quantized on the native kernels (quant_select.py);
+    AUGSERVE_QUANT=0 dequantizes it; without the native kernels it is opt-in
+    (AUGSERVE_QUANT=1, torch's kernels); an explicit dtype or an HF directory is never
+    quantized, and asking for it there is an error."""
+    from augserve.engine.native import build
+
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("AUGSERVE_QUANT", raising=False)
     monkeypatch.setattr("augserve.engine.quant_select.cpu_has_bf16", lambda: True)
     model = resolve_model(write_gguf(llama_dir, tmp_path / "m.gguf", qtype=Q.Q4_0))
     kv = KVCacheConfig(block_size=8, num_device_blocks=16)
-    auto = ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False))
-    assert not auto.quantized and auto.dtype == torch.bfloat16  # opt-in (quant_select.py)
-    assert ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False, quantize=True)).quantized
-    assert not ModelRunner(RunnerConfig(str(llama_dir), None, "cpu", kv, compile=False)).quantized
-    monkeypatch.setenv("AUGSERVE_QUANT", "1")
-    on = ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False))
-    assert on.quantized and on.dtype == torch.bfloat16
-    assert not ModelRunner(RunnerConfig(model, "bf16", "cpu", kv, compile=False)).quantized
-    assert not ModelRunner(RunnerConfig(str(llama_dir), None, "cpu", kv, compile=False)).quantized
+
+    def runner(m: str, dtype: str | None = None, **kw: bool) -> ModelRunner:
+        return ModelRunner(RunnerConfig(m, dtype, "cpu", kv, compile=False, **kw))
+
+    auto = runner(model)
+    assert auto.quantized and auto.dtype == torch.bfloat16 and auto.native is not None
+    assert not runner(model, "bf16").quantized
+    assert not runner(str(llama_dir)).quantized
     monkeypatch.setenv("AUGSERVE_QUANT", "0")
-    assert not ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False)).quantized
-    monkeypatch.delenv("AUGSERVE_QUANT")
+    assert not runner(model).quantized
+    monkeypatch.setenv("AUGSERVE_NATIVE", "0")
+    for fn in (build.load, build.available):
+        fn.cache_clear()
+    try:
+        monkeypatch.delenv("AUGSERVE_QUANT")
+        assert not runner(model).quantized  # opt-in on torch's kernels
+        monkeypatch.setenv("AUGSERVE_QUANT", "1")
+        on = runner(model)
+        assert on.quantized and on.native is None
+    finally:
+        monkeypatch.delenv("AUGSERVE_NATIVE")
+        for fn in (build.load, build.available):
+            fn.cache_clear()
     with pytest.raises(ValueError, match="quantize"):
-        RunnerConfig(str(llama_dir), None, "cpu", kv, quantize=True) and ModelRunner(
-            RunnerConfig(str(llama_dir), None, "cpu", kv, quantize=True)
-        )
+        runner(str(llama_dir), quantize=True)
 
 
 def test_get_quant_undoes_the_qk_permutation(

@@ -83,12 +83,17 @@ def test_tokenizer_from_gguf_metadata_equals_transformers(
 
 
 def test_llm_chat_answers_in_english(smollm2_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default load (the file kept quantized on the native kernels), by name. Asked
+    "What is the capital of France?", SmolLM2 is at a near-tie for its first token in
+    fp32 ("The" 25.33 against "L" 25.24) that this Q4_1 file's quantized inference
+    resolves the other way, as llama.cpp does on the same file ("L'Étoile, la
+    Marseillaise", docs/engine-quant.md): this question has no such tie."""
     from augserve.engine.llm import LLM, SamplingParams
 
     monkeypatch.setenv("AUGSERVE_COMPILE", "0")
-    llm = LLM("smollm2", num_device_blocks=64)  # the default dtype (bf16), by name
+    llm = LLM("smollm2", num_device_blocks=64)
     (out,) = llm.chat(
-        [{"role": "user", "content": "What is the capital of France?"}],
+        [{"role": "user", "content": "Which city is the capital of France?"}],
         SamplingParams(temperature=0, max_tokens=24),
     )
     assert "Paris" in out.text and out.finish_reason == "stop", out.text

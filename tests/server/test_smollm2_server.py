@@ -58,7 +58,7 @@ def _client(server: Any) -> Any:
 def test_plain_question_answered_in_english(smol_server: Any) -> None:
     r = _client(smol_server).chat.completions.create(
         model="smollm2",
-        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        messages=[{"role": "user", "content": "Which city is the capital of France?"}],
         max_tokens=32,
         temperature=0,
     )

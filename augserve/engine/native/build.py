@@ -35,7 +35,7 @@ log = logging.getLogger("augserve.native")
 
 SOURCE = Path(__file__).with_name("kernels.c")
 FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=off")
-ABI_VERSION = 7  # kernels.c's aug_abi_version(); a mismatch means a stale build
+ABI_VERSION = 8  # kernels.c's aug_abi_version(); a mismatch means a stale build
 
 
 class NativeUnavailable(RuntimeError):

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <omp.h>
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -33,7 +34,7 @@
 #define VEC512 1
 #endif
 
-int aug_abi_version(void) { return 7; }
+int aug_abi_version(void) { return 8; }
 
 const char *aug_isa(void) {
 #if defined(VEC512)
@@ -196,18 +197,20 @@ static inline __m512 expand2(const float *d) { /* d[0] on lanes 0-7, d[1] on 8-1
 }
 #endif
 
+/* out[r] = the product of weight row `wrow` (nb blocks) and activation rows r0 + r,
+ * r < TM, over blocks [b0, b1). */
 static inline __attribute__((always_inline)) void rows_dot(
     const int q8, const int TM, const uint8_t *wrow, int64_t nb, acts a, int64_t r0, int64_t K,
-    float *out) {
+    int64_t b0, int64_t b1, float *out) {
     const float *wd = (const float *)wrow, *wm = wd + nb;
     const uint8_t *wq = wrow + 8 * nb;
 #if defined(__AVX2__)
-    int64_t b = 0;
+    int64_t b = b0;
     float part[8] = {0};
 #if defined(VEC512)
     __m512 acc[8], accz[8]; /* two chains a row: the dot products and the zero terms */
     for (int r = 0; r < TM; r++) acc[r] = accz[r] = _mm512_setzero_ps();
-    for (; b + 2 <= nb; b += 2) {
+    for (; b + 2 <= b1; b += 2) {
         const __m512i wv = q8 ? _mm512_loadu_si512(wq + b * 32) : unpack2_q4(wq + b * 16);
         const __m512 dw = expand2(wd + b), mw = expand2(wm + b);
         for (int r = 0; r < TM; r++) {
@@ -221,10 +224,10 @@ static inline __attribute__((always_inline)) void rows_dot(
     }
     for (int r = 0; r < TM; r++) part[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], accz[r]));
 #endif
-    if (b < nb) {
+    if (b < b1) {
         __m256 acc8[8];
         for (int r = 0; r < TM; r++) acc8[r] = _mm256_setzero_ps();
-        for (; b < nb; b++) {
+        for (; b < b1; b++) {
             const __m256i wv = q8 ? _mm256_loadu_si256((const __m256i *)(wq + b * 32))
                                   : unpack_q4(wq + b * 16);
             const __m256 dw = _mm256_set1_ps(wd[b]), mw = _mm256_set1_ps(wm[b]);
@@ -244,7 +247,7 @@ static inline __attribute__((always_inline)) void rows_dot(
     for (int r = 0; r < TM; r++) {
         const int64_t row = r0 + r;
         float acc = 0.0f;
-        for (int64_t b = 0; b < nb; b++) {
+        for (int64_t b = b0; b < b1; b++) {
             const int8_t *x = a.q + row * K + b * QK;
             int dot = 0;
             if (q8) {
@@ -253,38 +256,60 @@ static inline __attribute__((always_inline)) void rows_dot(
                 const uint8_t *qs = wq + b * 16;
                 for (int j = 0; j < 16; j++) dot += (qs[j] & 15) * x[j] + (qs[j] >> 4) * x[j + 16];
             }
-            acc += wd[b] * a.d[row * nb + b] * (float)dot;
+            acc += wd[b] * a.d[row * nb + b] * (float)dot + wm[b] * a.s[row * nb + b];
         }
-        out[r] = acc + zero_term(wm, a.s + row * nb, nb);
+        out[r] = acc;
     }
 #endif
 }
 
 /* y[r, n] = sum_k w[n, k] x[r, k] (+ bias[n]), r < M, n < N; rows of y ldy apart.
- * kind: 4 or 8 (the row format); x: activations quantized by aug_quantize_rows. */
+ * kind: 4 or 8 (the row format); x: activations quantized by aug_quantize_rows. Each
+ * thread takes a range of n; K is walked in chunks of KCHUNK blocks, so that the chunk of
+ * every activation row stays in L1 while the thread's weight rows stream past it. */
+#define KCHUNK 32
+
+static inline __attribute__((always_inline)) void gemm_rows(
+    const int q8, const uint8_t *w, acts a, float *y, int64_t M, int64_t n0, int64_t n1,
+    int64_t K, int64_t ldy, const float *bias) {
+    const int64_t nb = K / QK, row_bytes = nb * (q8 ? 40 : 24);
+    float out[8];
+    const int64_t chunk = M > 2 ? KCHUNK : nb; /* one or two rows: always in L1 */
+    for (int64_t c0 = 0; c0 < nb; c0 += chunk) {
+        const int64_t c1 = c0 + chunk < nb ? c0 + chunk : nb;
+        for (int64_t n = n0; n < n1; n++) {
+            const uint8_t *wr = w + n * row_bytes;
+            const float bn = c0 > 0 ? 0.0f : (bias ? bias[n] : 0.0f);
+            int64_t r = 0;
+            for (; r + 8 <= M; r += 8) {
+                rows_dot(q8, 8, wr, nb, a, r, K, c0, c1, out);
+                for (int i = 0; i < 8; i++)
+                    y[(r + i) * ldy + n] = (c0 ? y[(r + i) * ldy + n] : 0.0f) + out[i] + bn;
+            }
+            for (; r + 4 <= M; r += 4) {
+                rows_dot(q8, 4, wr, nb, a, r, K, c0, c1, out);
+                for (int i = 0; i < 4; i++)
+                    y[(r + i) * ldy + n] = (c0 ? y[(r + i) * ldy + n] : 0.0f) + out[i] + bn;
+            }
+            for (; r < M; r++) {
+                rows_dot(q8, 1, wr, nb, a, r, K, c0, c1, out);
+                y[r * ldy + n] = (c0 ? y[r * ldy + n] : 0.0f) + out[0] + bn;
+            }
+        }
+    }
+}
+
 void aug_gemm(const void *w, int kind, const void *x, float *y, int64_t M, int64_t N,
               int64_t K, int64_t ldy, const float *bias, int nt) {
-    const int64_t nb = K / QK, row_bytes = nb * (kind == 4 ? 24 : 40);
     const acts a = acts_at((void *)x, M, K);
-    const int q8 = kind == 8;
-#pragma omp parallel for num_threads(nt) schedule(static) if (N * M * nb > 4096)
-    for (int64_t n = 0; n < N; n++) {
-        const uint8_t *wr = (const uint8_t *)w + n * row_bytes;
-        const float bn = bias ? bias[n] : 0.0f;
-        float out[8];
-        int64_t r = 0;
-        for (; r + 8 <= M; r += 8) {
-            if (q8) rows_dot(1, 8, wr, nb, a, r, K, out); else rows_dot(0, 8, wr, nb, a, r, K, out);
-            for (int i = 0; i < 8; i++) y[(r + i) * ldy + n] = out[i] + bn;
-        }
-        for (; r + 4 <= M; r += 4) {
-            if (q8) rows_dot(1, 4, wr, nb, a, r, K, out); else rows_dot(0, 4, wr, nb, a, r, K, out);
-            for (int i = 0; i < 4; i++) y[(r + i) * ldy + n] = out[i] + bn;
-        }
-        for (; r < M; r++) {
-            if (q8) rows_dot(1, 1, wr, nb, a, r, K, out); else rows_dot(0, 1, wr, nb, a, r, K, out);
-            y[r * ldy + n] = out[0] + bn;
-        }
+#pragma omp parallel num_threads(nt) if (N * M * (K / QK) > 4096)
+    {
+        const int64_t tid = omp_get_thread_num(), T = omp_get_num_threads();
+        const int64_t n0 = N * tid / T, n1 = N * (tid + 1) / T;
+        if (kind == 8)
+            gemm_rows(1, (const uint8_t *)w, a, y, M, n0, n1, K, ldy, bias);
+        else
+            gemm_rows(0, (const uint8_t *)w, a, y, M, n0, n1, K, ldy, bias);
     }
 }
 
