@@ -3,9 +3,9 @@
 Each tree (`--tree NAME=PATH`, a checkout of augserve: the code before and after a change)
 runs in its own subprocess with PYTHONPATH=PATH (`PATH,dense`: the GGUF file dequantized
 to bf16 instead, the path `--dtype bf16` loads; `PATH,torch`: quantized on torch's int4 /
-int8 kernels, AUGSERVE_NATIVE=0, instead of the native ones), rounds alternated (ABBA...), best of the
-rounds per tree: the time of a decode step of 1 and of 8 sequences, and of a 512-token
-prefill (CPU time), (ModelRunner.execute,
+int8 kernels, AUGSERVE_NATIVE=0, instead of the native ones), rounds alternated
+(ABBA...), best of the rounds per tree: the time of a decode step of 1 and of 8
+sequences, and of a 512-token prefill (CPU and wall time), (ModelRunner.execute,
 greedy, contexts of ~100 tokens), in process, no server: wall time and the process's CPU
 time (on a machine shared with other jobs the CPU time of a 1-thread run is the steadier
 measure of the work a step does: waiting for a core is not in it). The ratio of the

@@ -41,7 +41,7 @@ PROMPTS = ("Hi!", "Name three colours. " * 4, "Tell me about the sea. " * 16, "W
 
 def empty_cache(tmp: Path) -> Path:
     """A cache dir with only the downloaded model in it."""
-    from augserve.engine.gguf_dir import cache_root
+    from augserve.engine.cache_dir import cache_root
 
     real, fresh = cache_root(), tmp / "augserve"
     fresh.mkdir(parents=True)

@@ -222,9 +222,11 @@ def ids_of(text: str, model_dir: Path, n: int) -> list[int]:
 
 
 def argmax_in_process(
-    model_dir: Path, ids: list[int], dtype: str | None, threads: int
+    model_dir: Path, ids: list[int], dtype: str | None, threads: int, decode: bool = False
 ) -> list[int]:
-    """Teacher-forced argmax at every position: one prefill through the engine's runner."""
+    """Teacher-forced argmax at every position through the engine's runner: one prefill of
+    the whole text, or (`decode`) one decode step a token, the path generation takes
+    (the native fused step for a quantized model)."""
     import torch
 
     from augserve.engine.kv_cache import KVCacheConfig
@@ -234,6 +236,9 @@ def argmax_in_process(
     kv = KVCacheConfig(block_size=16, num_device_blocks=(len(ids) + 15) // 16 + 1)
     r = ModelRunner(RunnerConfig(str(model_dir), dtype, "cpu", kv, threads, compile=False))
     blocks = list(range((len(ids) + r.block_size - 1) // r.block_size))
+    if decode:
+        return [int(r.forward_logits([SeqChunk("agree", [t], i, blocks, True)]).argmax())
+                for i, t in enumerate(ids)]  # fmt: skip
     step = r.prepare([SeqChunk("agree", ids, 0, blocks, sample=True)])
     with torch.no_grad():
         hidden = r.model(step.input_ids, step.positions, step.meta, r.kv.k_caches, r.kv.v_caches)
@@ -293,6 +298,7 @@ def run_file(path: Path, llama: str | None, a: argparse.Namespace) -> list[dict[
                 best.setdefault("failed_rounds", []).append(f"round {rnd}: {exc!r}")
                 print(name, path.name, "round", rnd, "FAILED:", repr(exc), flush=True)
                 continue
+            best.setdefault("rounds", []).append({"round": rnd, **got})
             for k, v in got.items():
                 lower = k in ("prefill_s", "rss_after_load_bytes")
                 old = best.get(k)
@@ -305,6 +311,9 @@ def run_file(path: Path, llama: str | None, a: argparse.Namespace) -> list[dict[
     ref = argmax_in_process(model_dir, ids, "fp32", a.threads)
     rows["augserve"]["greedy_agreement_vs_fp32"] = agreement(
         argmax_in_process(model_dir, ids, None, a.threads), ref
+    )
+    rows["augserve"]["greedy_agreement_decode_vs_fp32"] = agreement(
+        argmax_in_process(model_dir, ids, None, a.threads, decode=True), ref
     )
     if llama:
         try:
@@ -363,6 +372,7 @@ def write_result(
     a: argparse.Namespace, rows: list[dict[str, Any]], llama: str | None,
     load0: tuple[float, float, float], t_start: float, bw: float,
 ) -> None:  # fmt: skip
+    from augserve.engine.native.build import available, isa
     from augserve.engine.quant_select import cpu_flags
 
     write_json(
@@ -373,6 +383,7 @@ def write_result(
         cpu_flags=" ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni",
                                        "amx_tile") if f in cpu_flags()),
         wall_s=time.perf_counter() - t_start, note=a.note,
+        augserve_kernels=isa() if available() else "torch",
     )  # fmt: skip
 
 

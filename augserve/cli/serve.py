@@ -150,7 +150,7 @@ def _serve(args: argparse.Namespace) -> int:
         extra_args(args.vllm_args)
     from augserve.core.metrics import SLOConfig
     from augserve.engine.builder import load_latency
-    from augserve.engine.gguf_dir import cache_root
+    from augserve.engine.cache_dir import cache_root
     from augserve.engine.native_memory import tune_allocator
     from augserve.engine.resolve import resolve_model
     from augserve.server.default_model import default_model

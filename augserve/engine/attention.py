@@ -4,9 +4,10 @@ A step's tokens are flattened: first the decode tokens (one per sequence),
 then each prefill chunk's tokens. Every layer writes the new K/V into the
 cache slots (`slot_mapping`), then attends:
 
-- decodes: all sequences at once, reading K/V in place through the block table,
-  block by block (`decode_paged`); no padded copy of the context is made once
-  the kernel is compiled (`build_metadata(..., compiled=True)`, or traced into
+- decodes: all sequences at once, reading K/V in place through the block table:
+  on the CPU the native kernel (`native/attention.py`) where it builds, else
+  `attention_cpu.decode_cpu`; `decode_paged` block by block, with no padded copy of
+  the context once the kernel is compiled (`build_metadata(..., compiled=True)`, or traced into
   the runner's whole-model decode graph): inductor fuses the block-table
   indexing into the score and value reductions. `decode_reference` is the plain
   gather-then-attend version the tests compare against. On CUDA with fp16/bf16,
@@ -31,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from augserve.engine.attention_cpu import DecodePlan, decode_cpu, decode_plan
+from augserve.engine.native import attention as native_attention
 
 try:  # optional fused paged-attention kernel (CUDA only)
     from flash_attn import flash_attn_with_kvcache as _flash_kvcache  # type: ignore[import-not-found]
@@ -203,7 +205,10 @@ def decode_backend(
         return "gather-sdpa"
     if compiled:
         return "paged-compiled"
-    return "cpu-bmm" if device.type == "cpu" else "reference"
+    if device.type != "cpu":
+        return "reference"
+    native = native_attention.ENABLED[0] and dtype in native_attention.CACHE_KINDS
+    return "cpu-native" if native and native_attention.isa_or_none() else "cpu-bmm"
 
 
 def _decode(
@@ -226,6 +231,8 @@ def _decode(
         return decode_paged(q, k_cache, v_cache, tables, lens, scale)
     if meta.compiled:
         return compiled_decode()(q, k_cache, v_cache, tables, lens, scale)
+    if native_attention.usable(q, k_cache):  # native/attention.py: the cache read in place
+        return native_attention.decode(q, k_cache, v_cache, tables, lens, scale)
     if q.device.type == "cpu":  # attention_cpu.py: batched matmuls, planned once a step
         if meta.cpu_plan is None:
             meta.cpu_plan = decode_plan(tables, lens, meta.block_size)

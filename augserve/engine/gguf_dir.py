@@ -12,21 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from augserve.engine.cache_dir import cache_root
+
 GGUF_POINTER = "gguf.json"
 CONVERTER_VERSION = 2  # bump when the files written from a GGUF change
-
-
-def cache_root() -> Path:
-    """augserve's cache folder: `$XDG_CACHE_HOME/augserve`, else `~/.cache/augserve`."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "augserve"
 
 
 def _key(path: Path, chat_template: str | None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -73,14 +74,10 @@ class KVCache:
         shape = (n_dev + int(scratch), cfg.block_size, kv_heads, head_dim)
         host_shape = (cfg.num_host_blocks, cfg.block_size, kv_heads, head_dim)
         pin = device.type == "cuda"
-        self.k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.k_host = [
-            torch.zeros(host_shape, dtype=dtype, pin_memory=pin) for _ in range(num_layers)
-        ]
-        self.v_host = [
-            torch.zeros(host_shape, dtype=dtype, pin_memory=pin) for _ in range(num_layers)
-        ]
+        self.k_caches = [zeros(shape, dtype, device) for _ in range(num_layers)]
+        self.v_caches = [zeros(shape, dtype, device) for _ in range(num_layers)]
+        self.k_host = [zeros(host_shape, dtype, None, pin) for _ in range(num_layers)]
+        self.v_host = [zeros(host_shape, dtype, None, pin) for _ in range(num_layers)]
         self.device = device
 
     def _check(self, pairs: list[tuple[int, int]], n_src: int, n_dst: int, what: str) -> None:
@@ -141,6 +138,18 @@ class KVCache:
                 assert src_t is not None
                 torch.index_select(host_t, 0, src_t, out=moved)
             dev_t.index_copy_(0, dst, moved.to(self.device, non_blocking=pinned))
+
+
+def zeros(
+    shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | None, pin: bool = False
+) -> torch.Tensor:
+    """A zeroed cache tensor. On the CPU (unpinned) its memory comes from calloc, whose
+    large blocks are fresh zero pages mapped on first touch: a cache costs resident
+    memory as it fills, not when allocated (torch.zeros writes every page at once)."""
+    n = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    if pin or n == 0 or (device is not None and device.type != "cpu"):
+        return torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin)
+    return torch.from_numpy(np.zeros(n, dtype=np.uint8)).view(dtype).view(shape)
 
 
 def _as_run(ids: list[int]) -> slice | None:

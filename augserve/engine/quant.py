@@ -24,66 +24,30 @@ and dequantizes only the rows a step looks up.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from augserve.engine.cpu_info import cpu_has_bf16
+from augserve.engine.qtensor import INT4_OFFSET, QTensor
 from augserve.engine.quant_embed import QuantEmbedding
-from augserve.engine.quant_prefill import DEQUANT_ROWS, dequantize_packed, use_dequantized
+from augserve.engine.quant_prefill import dequantize_packed, use_dequantized
+
+__all__ = ["INT4_OFFSET", "QTensor", "QuantLinear"]  # QTensor lives in qtensor.py
 
 if TYPE_CHECKING:
     from augserve.engine.native.qmatrix import NativeMatrix
 
-INT4_OFFSET = 8
 QK = 32  # the native kernels' block
-
-
-@dataclass(frozen=True)
-class QTensor:
-    """A quantized weight [N, K] (see the module doc). bits: 4, 8 or 16 (dense)."""
-
-    q: torch.Tensor  # uint8 [N, K] (int4 values), int8 [N, K], or float32 [N, K] (dense)
-    scale: torch.Tensor | None  # float32 [N, K // group]
-    zero: torch.Tensor | None  # float32 [N, K // group] (int4; optional for int8)
-    group: int
-    bits: int
-
-    def __post_init__(self) -> None:
-        if self.bits not in (4, 8, 16):
-            raise ValueError(f"bits must be 4, 8 or 16, got {self.bits}")
-        if self.q.dim() != 2:
-            raise ValueError(f"q must be 2-D [N, K], got shape {tuple(self.q.shape)}")
-        if self.bits != 16 and (self.group <= 0 or self.q.shape[1] % self.group):
-            raise ValueError(f"group must divide K = {self.q.shape[1]}, got {self.group}")
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return int(self.q.shape[0]), int(self.q.shape[1])
-
-    def dequantize(self) -> torch.Tensor:
-        """The float32 weight [N, K] this stands for."""
-        if self.bits == 16:
-            return self.q.float()
-        assert self.scale is not None
-        scale = self.scale.repeat_interleave(self.group, dim=1)
-        offset = INT4_OFFSET if self.bits == 4 else 0
-        w = (self.q.float() - offset) * scale
-        if self.zero is None:
-            return w
-        return w + self.zero.repeat_interleave(self.group, dim=1)
-
-    def rows(self, index: np.ndarray) -> QTensor:
-        """The rows `index` (a permutation of output channels), in that order."""
-        idx = torch.from_numpy(np.ascontiguousarray(index))
-
-        def pick(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t[idx]
-
-        return replace(self, q=self.q[idx], scale=pick(self.scale), zero=pick(self.zero))
+# From this many rows a product on the native blocks dequantizes the weight and runs one
+# dense matmul: the integer kernel costs in proportion to the rows, oneDNN's bf16 matmul
+# far less; measured side by side (benchmarks/bench_native_kernels.py, docs/engine-quant.md):
+# 9728 x 896 at 16 rows 0.91 ms integer against 2.23 dequantize + bf16, at 64 rows 6.52
+# against 5.73; 896 x 4864 at 64 rows 3.67 against 1.41.
+NATIVE_DENSE_ROWS = 32
 
 
 def quantize_int8(w: torch.Tensor) -> QTensor:
@@ -282,11 +246,12 @@ class QuantLinear(nn.Module):
 
     def _native_matmul(self, x: torch.Tensor) -> torch.Tensor:
         """The native kernels (native/qmatrix.py): int8 activations against the blocks,
-        float32 out; prefill-sized products multiply the dequantized weight instead."""
+        float32 out; from NATIVE_DENSE_ROWS rows on, one dense product on the dequantized
+        weight instead (bf16 where the CPU has bf16 instructions, else float32)."""
         w = self.native
         assert w is not None
-        if x.shape[0] >= DEQUANT_ROWS:
-            dtype = torch.bfloat16 if self.act_dtype == torch.bfloat16 else torch.float32
+        if x.shape[0] >= NATIVE_DENSE_ROWS:
+            dtype = torch.bfloat16 if cpu_has_bf16() else torch.float32
             y = F.linear(x.to(dtype), native_dequantize(w, dtype))
         else:
             y = native_matmul(x, w)
@@ -298,7 +263,7 @@ class QuantLinear(nn.Module):
         form = {4: f"int4 group {self.group}", 8: "int8 per channel", 16: "dense"}
         kind = form.get(self.bits, "empty")
         if self.native is not None:
-            kind = f"native q{self.native.kind} blocks of {QK}"
+            kind = f"native q{self.native.kind} blocks of {QK} (format {self.native.fmt})"
         elif self.planes == 2:
             kind = f"int8 group {self.group} as two int4 planes"
         return f"in={self.in_features}, out={self.out_features}, {kind}"

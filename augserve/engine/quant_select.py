@@ -20,31 +20,14 @@ quantized path is measured against).
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import torch
 
+from augserve.engine.cpu_info import BF16_FLAGS, cpu_flags, cpu_has_bf16
 from augserve.engine.ops import env_switch
 
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-@functools.cache
-def cpu_flags() -> frozenset[str]:
-    """This CPU's flags from /proc/cpuinfo (empty where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def cpu_has_bf16() -> bool:
-    return any(flag in cpu_flags() for flag in BF16_FLAGS)
+__all__ = ["BF16_FLAGS", "cpu_flags", "cpu_has_bf16", "default_dtype", "quant_wanted"]
 
 
 def default_dtype(device: torch.device) -> torch.dtype:

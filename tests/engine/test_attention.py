@@ -4,6 +4,9 @@ eagerly, and the block-wise kernel compiled by inductor (reading the cache in pl
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -102,14 +105,35 @@ def test_blockwise_kernel_equals_reference_eagerly_and_compiled() -> None:
         torch.testing.assert_close(fn(q, k_cache, v_cache, padded, lens, D**-0.5), ref)
 
 
+@contextlib.contextmanager
+def torch_decode() -> Iterator[None]:
+    """CPU decodes on attention_cpu.decode_cpu, not the native kernel, inside."""
+    from augserve.engine.native import attention as native_attention
+
+    native_attention.ENABLED[0] = False
+    try:
+        yield
+    finally:
+        native_attention.ENABLED[0] = True
+
+
 def test_decode_backend_choice() -> None:
-    """CPU: the compiled block-wise kernel or the reference; CUDA with fp16/bf16 (no
-    flash-attn installed): gather + SDPA; CUDA fp32: the block-wise kernel."""
+    """CPU: the compiled block-wise kernel, else the native kernel for float32 / bf16
+    caches where it builds, else the batched matmuls; CUDA with fp16/bf16 (no flash-attn
+    installed): gather + SDPA; CUDA fp32: the block-wise kernel."""
     from augserve.engine.attention import decode_backend
+    from augserve.engine.native import attention as native_attention
 
     cuda = torch.device("cuda")
     assert decode_backend(CPU, torch.float32, 16, True) == "paged-compiled"
-    assert decode_backend(CPU, torch.bfloat16, 16, False) == "cpu-bmm"
+    native = "cpu-native" if native_attention.isa_or_none() else "cpu-bmm"
+    assert decode_backend(CPU, torch.bfloat16, 16, False) == native
+    assert decode_backend(CPU, torch.float16, 16, False) == "cpu-bmm"
+    native_attention.ENABLED[0] = False
+    try:
+        assert decode_backend(CPU, torch.float32, 16, False) == "cpu-bmm"
+    finally:
+        native_attention.ENABLED[0] = True
     assert decode_backend(cuda, torch.float32, 16, True) == "paged-compiled"
     for half in (torch.bfloat16, torch.float16):
         assert decode_backend(cuda, half, 16, True) in ("gather-sdpa", "flash-attn")
@@ -138,7 +162,8 @@ def test_cpu_decode_equals_reference_for_one_and_many_sequences(dtype: torch.dty
     meta = build_metadata([(9, [3, 7, 1])], [], BS, CPU)
     k_cache, v_cache = torch.randn(2, 32, BS, 2, D)
     q, k, v = torch.randn(1, 4, D), torch.randn(1, 2, D), torch.randn(1, 2, D)
-    paged_attention(q, k, v, k_cache, v_cache, meta, 0.3)
+    with torch_decode():  # the torch path plans; the native kernel needs no plan
+        paged_attention(q, k, v, k_cache, v_cache, meta, 0.3)
     assert meta.cpu_plan is not None and meta.cpu_plan.width == 10
 
 

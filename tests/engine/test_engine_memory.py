@@ -84,3 +84,18 @@ def test_drain_frees_everything_and_kv_is_allocated_once(engine: LLMEngine) -> N
     assert engine.scheduler.num_live == 0 and not engine.scheduler.kv.reclaimable
     assert not engine.has_unfinished()
     assert any(bool(torch.count_nonzero(t)) for t in engine.runner.kv.k_host)  # swaps happened
+
+
+def test_cpu_kv_cache_is_resident_only_where_written() -> None:
+    """A CPU cache is calloc'd (kv_cache.zeros): 512 MiB of it cost no resident memory
+    until written, read as zeros, and a written block costs its own pages only."""
+    from augserve.engine.kv_cache import KVCache, KVCacheConfig
+
+    before = rss_bytes()
+    kv = KVCache(KVCacheConfig(16, 512), 8, 8, 128, torch.float32, torch.device("cpu"))
+    assert sum(t.numel() * 4 for t in kv.k_caches + kv.v_caches) == 512 * 2**20
+    assert rss_bytes() - before < 32 * 2**20
+    assert not kv.k_caches[3][100:200].any()  # zeros (read: the kernel's zero page)
+    kv.k_caches[0][:256].fill_(1.0)  # 256 blocks of 64 KiB: 16 MiB written
+    grown = rss_bytes() - before
+    assert 16 * 2**20 <= grown < 64 * 2**20, grown

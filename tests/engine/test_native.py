@@ -77,21 +77,33 @@ def _gemm(lib: ctypes.CDLL, x: torch.Tensor, w: nq.NativeMatrix) -> torch.Tensor
     xa = torch.empty(int(lib.aug_acts_bytes(m, k)), dtype=torch.uint8)
     lib.aug_quantize_rows(x.data_ptr(), m, k, k, xa.data_ptr())
     y = torch.empty(m, w.n)
-    lib.aug_gemm(w.data.data_ptr(), w.kind, xa.data_ptr(), y.data_ptr(), m, w.n, k, w.n, None, 2)
+    lib.aug_gemm(w.data.data_ptr(), w.fmt, xa.data_ptr(), y.data_ptr(), m, w.n, k, w.n, None, 2)
     return y
+
+
+def _compact(qt: QTensor) -> QTensor:
+    """The same weight with GGUF-like scales: float16 values, offsets implied."""
+    scale = qt.scale.half().float() if qt.scale is not None else None
+    zero = None if qt.bits == 8 else torch.zeros_like(qt.scale)  # type: ignore[arg-type]
+    return QTensor(qt.q, scale, zero, qt.group, qt.bits)
 
 
 @pytest.mark.parametrize("flags,needs", VARIANTS, ids=[v[0] for v in VARIANTS])
 @pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("compact", [False, True], ids=["f32-offsets", "f16-implied"])
 def test_integer_products_equal_the_reference_on_the_same_int8_activations(
-    flags: str, needs: set[str], bits: int
+    flags: str, needs: set[str], bits: int, compact: bool
 ) -> None:
     """Every row count (tiles of 8, 4, 1), an odd number of blocks (the 256-bit tail of
-    the AVX-512 kernel), a zero term or none: float32 rounding only (<1e-5)."""
+    the AVX-512 kernel), every row format (float32 scales with offsets; float16 scales,
+    offsets implied): float32 rounding only (<1e-5)."""
     lib = _variant(flags, needs)
     for n, k in [(70, 96), (33, 576)]:
         qt = _qtensor(bits, n, k, seed=n + bits, zero=bits == 4)
+        qt = _compact(qt) if compact else qt
         w = nq.pack(qt)
+        assert w.fmt & nq.FMT_F16 == (nq.FMT_F16 if compact else 0)
+        assert bool(w.fmt & nq.FMT_M) == (bits == 4 and not compact)
         for m in (1, 3, 4, 8, 13, 17):
             x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
             want = emulated_int8(x) @ qt.dequantize().double().T
@@ -121,6 +133,9 @@ def test_packing_keeps_the_weight(bits: int) -> None:
 
 
 GGUF_TYPES = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0]
+# bytes a block of 32 in the native form: the file's own size where its scales are
+# float16 (Q5_0 is requantized to int8 per channel: float32 scale, no offset)
+BLOCK_BYTES = {Q.Q4_0: 18, Q.Q4_1: 20, Q.Q5_0: 36, Q.Q8_0: 34}
 
 
 @pytest.mark.parametrize("qtype", GGUF_TYPES, ids=lambda q: q.name)
@@ -135,6 +150,7 @@ def test_quant_linear_on_native_kernels_per_gguf_type(qtype: Q) -> None:
     layer = QuantLinear(k, n, False, torch.bfloat16)
     layer.set_weight(qtensor_from_gguf(raw, int(qtype), (n, k)))
     assert layer.native is not None and layer.packed is None
+    assert layer.native.nbytes == n * k // 32 * BLOCK_BYTES[qtype]
     x = torch.randn(6, k, generator=torch.Generator().manual_seed(5))
     got = nq.matmul(x, layer.native).double()
     want = emulated_int8(x) @ nq.dequantize(layer.native).double().T
@@ -146,10 +162,10 @@ def test_quant_linear_on_native_kernels_per_gguf_type(qtype: Q) -> None:
 
 
 def test_prefill_sized_products_use_the_dequantized_weight() -> None:
-    """From DEQUANT_ROWS rows on the block form is dequantized and multiplied densely
-    (bf16, as the layer's activations); below it the integer kernel runs: both agree
-    with the reference within bf16 and int8 rounding."""
-    from augserve.engine.quant_prefill import DEQUANT_ROWS
+    """From NATIVE_DENSE_ROWS rows on the block form is dequantized and multiplied
+    densely; below it the integer kernel runs: both agree with the reference within bf16
+    and int8 rounding."""
+    from augserve.engine.quant import NATIVE_DENSE_ROWS as DEQUANT_ROWS
 
     qt = _qtensor(4, 64, 128, seed=9)
     layer = QuantLinear(128, 64, False, torch.bfloat16)
@@ -157,7 +173,7 @@ def test_prefill_sized_products_use_the_dequantized_weight() -> None:
     x = torch.randn(DEQUANT_ROWS + 5, 128, generator=torch.Generator().manual_seed(1))
     want = x.double() @ qt.dequantize().double().T
     big = layer(x.to(torch.bfloat16)).double()
-    small = torch.cat([layer(x[i : i + 16].to(torch.bfloat16)) for i in range(0, len(x), 16)])
+    small = torch.cat([layer(x[i : i + 8].to(torch.bfloat16)) for i in range(0, len(x), 8)])
     for got in (big, small.double()):
         assert ((got - want).abs().max() / want.abs().max()).item() < 3e-2
 

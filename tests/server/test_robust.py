@@ -180,15 +180,22 @@ def test_sigterm_drains_the_request_in_flight_and_exits_0(
     proc, url, log = _serve(chat_model_dir, tmp_path, grace=120)
     try:
         events: list[dict] = []
-        reader = threading.Thread(target=_stream, args=(url, events, 400))
+        # long enough to be in flight while /health is asked: the tiny model decodes a
+        # token in about a millisecond on the native attention kernel
+        reader = threading.Thread(target=_stream, args=(url, events, 3500))
         reader.start()
         while len(events) < 3:
             assert reader.is_alive(), log.read_text()
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
         health = httpx.get(url + "/health", timeout=5)  # the listener is still open
+        for _ in range(100):  # the signal is handled on the loop: at once, not instantly
+            if health.status_code == 503:
+                break
+            time.sleep(0.02)
+            health = httpx.get(url + "/health", timeout=5)
         refused = httpx.post(url + "/v1/chat/completions", json=chat(), timeout=5)
+        assert reader.is_alive()  # still streaming: what follows is the drain
         reader.join(120)
         code = proc.wait(60)
         text = log.read_text()

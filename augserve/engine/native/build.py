@@ -35,7 +35,7 @@ log = logging.getLogger("augserve.native")
 
 SOURCE = Path(__file__).with_name("kernels.c")
 FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=off")
-ABI_VERSION = 8  # kernels.c's aug_abi_version(); a mismatch means a stale build
+ABI_VERSION = 9  # kernels.c's aug_abi_version(); a mismatch means a stale build
 
 
 class NativeUnavailable(RuntimeError):
@@ -50,7 +50,7 @@ def compiler() -> str | None:
 
 
 def _cache_dir() -> Path:
-    from augserve.engine.gguf_dir import cache_root
+    from augserve.engine.cache_dir import cache_root
 
     return cache_root() / "native"
 
@@ -137,6 +137,7 @@ SIGNATURES: dict[str, tuple[list[type], type | None]] = {  # kernels.c's exporte
     "aug_quantize_rows": ([_P, _I64, _I64, _I64, _P], None),
     "aug_gemm": ([_P, _INT, _P, _P, _I64, _I64, _I64, _I64, _P, _INT], None),
     "aug_dequant": ([_P, _INT, _I64, _I64, _P, _INT, _INT], None),
+    "aug_row_bytes": ([_INT, _I64], _I64),
     "aug_rmsnorm": ([_P, _P, _P, _I64, _I64, _FLOAT], None),
     "aug_attn_decode": (
         [_P, _P, _P, _INT, _P, _I64, _P, _P, _I64, _INT, _INT, _INT, _INT, _FLOAT, _INT],

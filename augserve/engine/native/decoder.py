@@ -26,7 +26,7 @@ _P = ctypes.c_void_p
 
 
 class _QMat(ctypes.Structure):
-    _fields_ = [("w", _P), ("kind", ctypes.c_int32), ("n", ctypes.c_int32),
+    _fields_ = [("w", _P), ("fmt", ctypes.c_int32), ("n", ctypes.c_int32),
                 ("k", ctypes.c_int32), ("bias", _P)]  # fmt: skip
 
 
@@ -112,7 +112,7 @@ class NativeDecoder:
         w = _native_of(linear)
         assert w is not None
         bias = None if linear.bias is None else self._f32(linear.bias)
-        return _QMat(w.data.data_ptr(), w.kind, w.n, w.k, bias)
+        return _QMat(w.data.data_ptr(), w.fmt, w.n, w.k, bias)
 
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor,
                meta: AttentionMetadata) -> torch.Tensor:  # fmt: skip

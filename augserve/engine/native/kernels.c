@@ -8,11 +8,14 @@
  * called through ctypes; torch's libgomp is already loaded, so OpenMP here is torch's.
  *
  * Formats. A block is 32 consecutive weights of a row along K; a row of nb = K / 32
- * blocks is stored as float d[nb], float m[nb], then the quants:
- *   q4 row (24 nb bytes): uint8 qs[16 nb]; w = d q + m, q in 0..15 is the low nibble of
- *     qs[16 b + j] for j < 16 and the high nibble of qs[16 b + j - 16];
- *   q8 row (40 nb bytes): uint8 q[32 nb]; w = d q + m, q in 0..255 (an int8 weight
- *     q' d + m' is stored as q = q' + 128, m = m' - 128 d).
+ * blocks is stored as its scales d[nb], then (if the format has them) its offsets m[nb],
+ * each float16 or float32, then the quants; w = d q + m:
+ *   q4: uint8 qs[16 nb], q in 0..15 the low nibble of qs[16 b + j] for j < 16 and the
+ *     high nibble of qs[16 b + j - 16]; without offsets m = -8 d (GGUF's Q4_0);
+ *   q8: uint8 q[32 nb], q in 0..255 (an int8 weight q' d + m' is stored as q = q' + 128,
+ *     m = m' - 128 d); without offsets m = -128 d (GGUF's Q8_0).
+ * `fmt` bits: FMT_Q8 (else q4), FMT_F16 (float16 scales, else float32), FMT_M (offsets
+ * stored). Q4_0 is then 18 bytes a block as in the file, Q4_1 20, Q8_0 34.
  * Activations, M rows (acts_bytes): int8 q[M][K]; float d[M][nb], s[M][nb], d8[M][nb][8]
  * and z8[M][nb][8]: x ~ d q per block, |q| <= 127, s = d sum(q); d8 holds d and z8
  * s / 8 once per lane of a block's 8-lane dot product. A block's product is then
@@ -34,7 +37,7 @@
 #define VEC512 1
 #endif
 
-int aug_abi_version(void) { return 8; }
+int aug_abi_version(void) { return 9; }
 
 const char *aug_isa(void) {
 #if defined(VEC512)
@@ -138,14 +141,64 @@ void aug_quantize_rows(const float *x, int64_t M, int64_t K, int64_t ldx, void *
     }
 }
 
-/* ---- one weight row against TM activation rows ------------------------------------ */
-static inline float zero_term(const float *wm, const float *s, int64_t nb) {
-    float z = 0.0f;
-#pragma omp simd reduction(+ : z)
-    for (int64_t b = 0; b < nb; b++) z += wm[b] * s[b];
-    return z;
+/* ---- weight formats ---------------------------------------------------------------- */
+enum { FMT_Q8 = 1, FMT_F16 = 2, FMT_M = 4 };
+
+static inline float half_to_f32(uint16_t h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, f = h & 0x3ff;
+    uint32_t u;
+    if (e == 0) { /* zero or subnormal: f 2^-24 */
+        const float v = (float)f * 5.9604644775390625e-08f;
+        memcpy(&u, &v, 4);
+        u |= sign;
+    } else if (e == 31) {
+        u = sign | 0x7f800000u | (f << 13);
+    } else {
+        u = sign | ((e + 112) << 23) | (f << 13);
+    }
+    float out;
+    memcpy(&out, &u, 4);
+    return out;
+#endif
 }
 
+static inline int64_t block_bytes(int fmt) {
+    const int64_t sb = fmt & FMT_F16 ? 2 : 4;
+    return sb * (fmt & FMT_M ? 2 : 1) + (fmt & FMT_Q8 ? 32 : 16);
+}
+
+typedef struct { const uint8_t *d, *m, *q; } wrow_t;
+
+static inline wrow_t wrow_at(const uint8_t *row, int fmt, int64_t nb) {
+    const int64_t sb = fmt & FMT_F16 ? 2 : 4;
+    wrow_t r;
+    r.d = row;
+    r.m = fmt & FMT_M ? row + sb * nb : NULL;
+    r.q = row + sb * nb * (fmt & FMT_M ? 2 : 1);
+    return r;
+}
+
+static inline float scale_at(const uint8_t *p, int fmt, int64_t b) {
+    if (fmt & FMT_F16) {
+        uint16_t h;
+        memcpy(&h, p + 2 * b, 2);
+        return half_to_f32(h);
+    }
+    float f;
+    memcpy(&f, p + 4 * b, 4);
+    return f;
+}
+
+/* The offset m of block b (stored, or implied by the format). */
+static inline float offset_at(wrow_t w, int fmt, int64_t b) {
+    if (fmt & FMT_M) return scale_at(w.m, fmt, b);
+    return scale_at(w.d, fmt, b) * (fmt & FMT_Q8 ? -128.0f : -8.0f);
+}
+
+/* ---- one weight row against TM activation rows ------------------------------------ */
 #if defined(__AVX2__)
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -190,29 +243,43 @@ static inline __m512i unpack2_q4(const uint8_t *qs) { /* two blocks: 64 u8 in or
     return _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));
 }
 
-static inline __m512 expand2(const float *d) { /* d[0] on lanes 0-7, d[1] on 8-15 */
-    const __m256d a = _mm256_castps_pd(_mm256_set1_ps(d[0]));
-    const __m256d b = _mm256_castps_pd(_mm256_set1_ps(d[1]));
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(a), b, 1));
+/* Scales b and b + 1: the first on lanes 0-7, the second on 8-15. */
+static inline __m512 expand2(const uint8_t *p, int fmt, int64_t b) {
+    __m128 f;
+    if (fmt & FMT_F16) {
+        int32_t v;
+        memcpy(&v, p + 2 * b, 4);
+        f = _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+    } else {
+        double v;
+        memcpy(&v, p + 4 * b, 8);
+        f = _mm_castpd_ps(_mm_set_sd(v));
+    }
+    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
 }
 #endif
 
-/* out[r] = the product of weight row `wrow` (nb blocks) and activation rows r0 + r,
- * r < TM, over blocks [b0, b1). */
+/* out[r] = the product of weight row `row` (nb blocks, format fmt) and activation rows
+ * r0 + r, r < TM, over blocks [b0, b1). */
 static inline __attribute__((always_inline)) void rows_dot(
-    const int q8, const int TM, const uint8_t *wrow, int64_t nb, acts a, int64_t r0, int64_t K,
+    const int fmt, const int TM, const uint8_t *row, int64_t nb, acts a, int64_t r0, int64_t K,
     int64_t b0, int64_t b1, float *out) {
-    const float *wd = (const float *)wrow, *wm = wd + nb;
-    const uint8_t *wq = wrow + 8 * nb;
+    const wrow_t w = wrow_at(row, fmt, nb);
+    const int q8 = fmt & FMT_Q8;
+    const int64_t qb = q8 ? 32 : 16; /* quant bytes a block */
 #if defined(__AVX2__)
+    const float implied = q8 ? -128.0f : -8.0f;
     int64_t b = b0;
     float part[8] = {0};
 #if defined(VEC512)
-    __m512 acc[8], accz[8]; /* two chains a row: the dot products and the zero terms */
+    __m512 acc[8], accz[8]; /* two chains a row: the dot products and the offsets */
     for (int r = 0; r < TM; r++) acc[r] = accz[r] = _mm512_setzero_ps();
     for (; b + 2 <= b1; b += 2) {
-        const __m512i wv = q8 ? _mm512_loadu_si512(wq + b * 32) : unpack2_q4(wq + b * 16);
-        const __m512 dw = expand2(wd + b), mw = expand2(wm + b);
+        const __m512i wv = q8 ? _mm512_loadu_si512(w.q + b * 32) : unpack2_q4(w.q + b * 16);
+        const __m512 dw = expand2(w.d, fmt, b);
+        const __m512 mw = fmt & FMT_M ? expand2(w.m, fmt, b)
+                                      : _mm512_mul_ps(dw, _mm512_set1_ps(implied));
         for (int r = 0; r < TM; r++) {
             const int64_t lane = ((r0 + r) * nb + b) * 8;
             const __m512i xv = _mm512_loadu_si512(a.q + (r0 + r) * K + b * QK);
@@ -228,9 +295,10 @@ static inline __attribute__((always_inline)) void rows_dot(
         __m256 acc8[8];
         for (int r = 0; r < TM; r++) acc8[r] = _mm256_setzero_ps();
         for (; b < b1; b++) {
-            const __m256i wv = q8 ? _mm256_loadu_si256((const __m256i *)(wq + b * 32))
-                                  : unpack_q4(wq + b * 16);
-            const __m256 dw = _mm256_set1_ps(wd[b]), mw = _mm256_set1_ps(wm[b]);
+            const __m256i wv = q8 ? _mm256_loadu_si256((const __m256i *)(w.q + b * 32))
+                                  : unpack_q4(w.q + b * 16);
+            const __m256 dw = _mm256_set1_ps(scale_at(w.d, fmt, b));
+            const __m256 mw = _mm256_set1_ps(offset_at(w, fmt, b));
             for (int r = 0; r < TM; r++) {
                 const int64_t lane = ((r0 + r) * nb + b) * 8;
                 const __m256i xv =
@@ -242,21 +310,24 @@ static inline __attribute__((always_inline)) void rows_dot(
         }
         for (int r = 0; r < TM; r++) part[r] += hsum8(acc8[r]);
     }
+    (void)qb;
+    (void)implied;
     for (int r = 0; r < TM; r++) out[r] = part[r];
 #else
     for (int r = 0; r < TM; r++) {
-        const int64_t row = r0 + r;
+        const int64_t row_i = r0 + r;
         float acc = 0.0f;
         for (int64_t b = b0; b < b1; b++) {
-            const int8_t *x = a.q + row * K + b * QK;
+            const int8_t *x = a.q + row_i * K + b * QK;
+            const uint8_t *q = w.q + b * qb;
             int dot = 0;
             if (q8) {
-                for (int j = 0; j < QK; j++) dot += wq[b * 32 + j] * x[j];
+                for (int j = 0; j < QK; j++) dot += q[j] * x[j];
             } else {
-                const uint8_t *qs = wq + b * 16;
-                for (int j = 0; j < 16; j++) dot += (qs[j] & 15) * x[j] + (qs[j] >> 4) * x[j + 16];
+                for (int j = 0; j < 16; j++) dot += (q[j] & 15) * x[j] + (q[j] >> 4) * x[j + 16];
             }
-            acc += wd[b] * a.d[row * nb + b] * (float)dot + wm[b] * a.s[row * nb + b];
+            acc += scale_at(w.d, fmt, b) * a.d[row_i * nb + b] * (float)dot +
+                   offset_at(w, fmt, b) * a.s[row_i * nb + b];
         }
         out[r] = acc;
     }
@@ -264,15 +335,15 @@ static inline __attribute__((always_inline)) void rows_dot(
 }
 
 /* y[r, n] = sum_k w[n, k] x[r, k] (+ bias[n]), r < M, n < N; rows of y ldy apart.
- * kind: 4 or 8 (the row format); x: activations quantized by aug_quantize_rows. Each
- * thread takes a range of n; K is walked in chunks of KCHUNK blocks, so that the chunk of
- * every activation row stays in L1 while the thread's weight rows stream past it. */
+ * fmt: the rows' format; x: activations quantized by aug_quantize_rows. Each thread
+ * takes a range of n; K is walked in chunks of KCHUNK blocks, so that the chunk of every
+ * activation row stays in L1 while the thread's weight rows stream past it. */
 #define KCHUNK 32
 
 static inline __attribute__((always_inline)) void gemm_rows(
-    const int q8, const uint8_t *w, acts a, float *y, int64_t M, int64_t n0, int64_t n1,
+    const int fmt, const uint8_t *w, acts a, float *y, int64_t M, int64_t n0, int64_t n1,
     int64_t K, int64_t ldy, const float *bias) {
-    const int64_t nb = K / QK, row_bytes = nb * (q8 ? 40 : 24);
+    const int64_t nb = K / QK, row_bytes = nb * block_bytes(fmt);
     float out[8];
     const int64_t chunk = M > 2 ? KCHUNK : nb; /* one or two rows: always in L1 */
     for (int64_t c0 = 0; c0 < nb; c0 += chunk) {
@@ -282,59 +353,87 @@ static inline __attribute__((always_inline)) void gemm_rows(
             const float bn = c0 > 0 ? 0.0f : (bias ? bias[n] : 0.0f);
             int64_t r = 0;
             for (; r + 8 <= M; r += 8) {
-                rows_dot(q8, 8, wr, nb, a, r, K, c0, c1, out);
+                rows_dot(fmt, 8, wr, nb, a, r, K, c0, c1, out);
                 for (int i = 0; i < 8; i++)
                     y[(r + i) * ldy + n] = (c0 ? y[(r + i) * ldy + n] : 0.0f) + out[i] + bn;
             }
             for (; r + 4 <= M; r += 4) {
-                rows_dot(q8, 4, wr, nb, a, r, K, c0, c1, out);
+                rows_dot(fmt, 4, wr, nb, a, r, K, c0, c1, out);
                 for (int i = 0; i < 4; i++)
                     y[(r + i) * ldy + n] = (c0 ? y[(r + i) * ldy + n] : 0.0f) + out[i] + bn;
             }
             for (; r < M; r++) {
-                rows_dot(q8, 1, wr, nb, a, r, K, c0, c1, out);
+                rows_dot(fmt, 1, wr, nb, a, r, K, c0, c1, out);
                 y[r * ldy + n] = (c0 ? y[r * ldy + n] : 0.0f) + out[0] + bn;
             }
         }
     }
 }
 
-void aug_gemm(const void *w, int kind, const void *x, float *y, int64_t M, int64_t N,
+#define GEMM_CASE(F) \
+    case F: gemm_rows(F, (const uint8_t *)w, a, y, M, n0, n1, K, ldy, bias); break;
+
+void aug_gemm(const void *w, int fmt, const void *x, float *y, int64_t M, int64_t N,
               int64_t K, int64_t ldy, const float *bias, int nt) {
     const acts a = acts_at((void *)x, M, K);
 #pragma omp parallel num_threads(nt) if (N * M * (K / QK) > 4096)
     {
         const int64_t tid = omp_get_thread_num(), T = omp_get_num_threads();
         const int64_t n0 = N * tid / T, n1 = N * (tid + 1) / T;
-        if (kind == 8)
-            gemm_rows(1, (const uint8_t *)w, a, y, M, n0, n1, K, ldy, bias);
-        else
-            gemm_rows(0, (const uint8_t *)w, a, y, M, n0, n1, K, ldy, bias);
+        switch (fmt & 7) {
+            GEMM_CASE(0) GEMM_CASE(1) GEMM_CASE(2) GEMM_CASE(3)
+            GEMM_CASE(4) GEMM_CASE(5) GEMM_CASE(6) GEMM_CASE(7)
+        }
     }
+}
+
+int64_t aug_row_bytes(int fmt, int64_t K) { return K / QK * block_bytes(fmt); }
+
+/* One block of a weight row as 32 floats. */
+static inline void block_f32(wrow_t wr, int fmt, int64_t b, float *row) {
+    const float d = scale_at(wr.d, fmt, b), m = offset_at(wr, fmt, b);
+#if defined(VEC512)
+    __m128i q0, q1; /* values 0-15 and 16-31 as bytes */
+    if (fmt & FMT_Q8) {
+        q0 = _mm_loadu_si128((const __m128i *)(wr.q + b * 32));
+        q1 = _mm_loadu_si128((const __m128i *)(wr.q + b * 32 + 16));
+    } else {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(wr.q + b * 16));
+        const __m128i mask = _mm_set1_epi8(0x0f);
+        q0 = _mm_and_si128(raw, mask);
+        q1 = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+    }
+    const __m512 vd = _mm512_set1_ps(d), vm = _mm512_set1_ps(m);
+    _mm512_storeu_ps(row, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q0)), vd, vm));
+    _mm512_storeu_ps(row + 16,
+                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q1)), vd, vm));
+#else
+    for (int j = 0; j < QK; j++) {
+        const int q = fmt & FMT_Q8 ? wr.q[b * 32 + j]
+                                   : (j < 16 ? wr.q[b * 16 + j] & 15 : wr.q[b * 16 + j - 16] >> 4);
+        row[j] = d * (float)q + m;
+    }
+#endif
 }
 
 /* The weight [N, K] as float32 (out_kind 0) or bf16 (out_kind 1), for prefill-sized
  * products. */
-void aug_dequant(const void *w, int kind, int64_t N, int64_t K, void *out, int out_kind, int nt) {
-    const int64_t nb = K / QK, row_bytes = nb * (kind == 4 ? 24 : 40);
+void aug_dequant(const void *w, int fmt, int64_t N, int64_t K, void *out, int out_kind, int nt) {
+    const int64_t nb = K / QK, row_bytes = nb * block_bytes(fmt);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t n = 0; n < N; n++) {
-        const uint8_t *wr = (const uint8_t *)w + n * row_bytes;
-        const float *wd = (const float *)wr, *wm = wd + nb;
-        const uint8_t *wq = wr + 8 * nb;
+        const wrow_t wr = wrow_at((const uint8_t *)w + n * row_bytes, fmt, nb);
         float row[QK];
         for (int64_t b = 0; b < nb; b++) {
-            for (int j = 0; j < QK; j++) {
-                const int q = kind == 8 ? wq[b * 32 + j]
-                                        : (j < 16 ? wq[b * 16 + j] & 15 : wq[b * 16 + j - 16] >> 4);
-                row[j] = wd[b] * (float)q + wm[b];
-            }
             const int64_t at = n * K + b * QK;
             if (out_kind == 0) {
-                memcpy((float *)out + at, row, sizeof row);
-            } else {
-                for (int j = 0; j < QK; j++) ((uint16_t *)out)[at + j] = f32_to_bf16(row[j]);
+                block_f32(wr, fmt, b, (float *)out + at);
+                continue;
             }
+            block_f32(wr, fmt, b, row);
+            uint16_t *dst = (uint16_t *)out + at;
+#pragma omp simd
+            for (int j = 0; j < QK; j++) dst[j] = f32_to_bf16(row[j]);
         }
     }
 }
@@ -496,7 +595,7 @@ void aug_attn_decode(const float *q, const void *kc, const void *vc, int kind,
 /* ---- a Llama-family decode step ---------------------------------------------------- */
 typedef struct {
     const void *w;
-    int32_t kind; /* 4: q4 blocks, 8: q8 blocks */
+    int32_t fmt; /* FMT_* bits */
     int32_t n, k;
     const float *bias; /* [n] or NULL */
 } qmat;
@@ -516,7 +615,7 @@ typedef struct {
 } llama_model;
 
 static void qmatmul(const qmat *m, const void *xa, float *y, int64_t M, int nt) {
-    aug_gemm(m->w, m->kind, xa, y, M, m->n, m->k, m->n, m->bias, nt);
+    aug_gemm(m->w, m->fmt, xa, y, M, m->n, m->k, m->n, m->bias, nt);
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }

@@ -3,10 +3,14 @@
 `pack(qt)` turns a `quant.QTensor` into a `NativeMatrix` in the row formats of
 `kernels.c`: int4 weights as q4 rows (w = d q + m per block of 32, exact for GGUF's
 Q4_0 / Q4_1 / Q4_K), int8 weights as q8 rows (exact for Q8_0, and for int8 per channel
-with its scale repeated per block). Groups of 64, 128 or 256 are whole groups of 32 with equal
-scales, so they pack exactly too. `matmul` quantizes the activations to int8 per 32
-(as llama.cpp does for its integer dot products) and runs the kernel on
-`torch.get_num_threads()` threads.
+with its scale repeated per block). Groups of 64, 128 or 256 are whole groups of 32
+with equal scales, so they pack exactly too. Scales are stored as float16 where that
+holds them exactly (GGUF's own fields: Q4_0, Q4_1, Q8_0), else float32 (Q4_K's products
+of two scales); offsets only where the format does not imply them (m = -8 d for a
+symmetric int4 weight, -128 d for int8): Q4_0 is then 18 bytes a block as in the file,
+Q4_1 20, Q8_0 34; batch-1 decode reads these bytes once a token. `matmul` quantizes the
+activations to int8 per 32 (as llama.cpp does for its integer dot products) and runs the
+kernel on `torch.get_num_threads()` threads.
 """
 
 from __future__ import annotations
@@ -17,10 +21,10 @@ from dataclasses import dataclass
 import torch
 
 from augserve.engine.native.build import load
-from augserve.engine.quant import INT4_OFFSET, QTensor
+from augserve.engine.qtensor import INT4_OFFSET, QTensor
 
 QK = 32
-Q4_BYTES, Q8_BYTES = 24, 40  # per block of a row: d, m and the quants
+FMT_Q8, FMT_F16, FMT_M = 1, 2, 4  # kernels.c's format bits
 
 
 def packable(qt: QTensor) -> bool:
@@ -34,21 +38,36 @@ class NativeMatrix:
     """A weight [n, k] in rows of blocks: `data` uint8 [n, k / 32 * block bytes]."""
 
     data: torch.Tensor
-    kind: int  # 4 or 8
+    fmt: int  # FMT_* bits
     n: int
     k: int
 
     def __post_init__(self) -> None:
-        if self.kind not in (4, 8):
-            raise ValueError(f"kind must be 4 or 8, got {self.kind}")
-        per = Q4_BYTES if self.kind == 4 else Q8_BYTES
-        if tuple(self.data.shape) != (self.n, self.k // QK * per):
+        if not 0 <= self.fmt < 8:
+            raise ValueError(f"fmt must be 0..7 (FMT_* bits), got {self.fmt}")
+        if tuple(self.data.shape) != (self.n, self.k // QK * block_bytes(self.fmt)):
             shape = tuple(self.data.shape)
             raise ValueError(f"data shape {shape} does not hold [{self.n}, {self.k}]")
 
     @property
+    def kind(self) -> int:
+        """4 or 8: the quants' bits."""
+        return 8 if self.fmt & FMT_Q8 else 4
+
+    @property
     def nbytes(self) -> int:
         return self.data.numel()
+
+
+def block_bytes(fmt: int) -> int:
+    scale = 2 if fmt & FMT_F16 else 4
+    return scale * (2 if fmt & FMT_M else 1) + (32 if fmt & FMT_Q8 else 16)
+
+
+def _exact_f16(t: torch.Tensor) -> bool:
+    """Whether float16 holds `t` to its float32 rounding (a relative 2^-22)."""
+    h = t.half().float()
+    return bool(torch.isfinite(h).all()) and bool(((h - t).abs() <= t.abs() * 2**-22).all())
 
 
 def _per_block(t: torch.Tensor | None, n: int, group: int, nb: int) -> torch.Tensor:
@@ -67,16 +86,24 @@ def pack(qt: QTensor) -> NativeMatrix:
     nb = k // QK
     d = _per_block(qt.scale, n, qt.group, nb)
     m = _per_block(qt.zero, n, qt.group, nb)
+    implied = INT4_OFFSET if qt.bits == 4 else 128
+    m = m - implied * d  # (q - 8) s + z = s q + (z - 8 s); q s + z = (q + 128) s + (z - 128 s)
     if qt.bits == 4:
-        m = m - INT4_OFFSET * d  # (q - 8) s + z = s q + (z - 8 s)
         q = qt.q.to(torch.uint8).view(n, nb, QK)
         body = q[..., :16] | (q[..., 16:] << 4)
     else:
-        m = m - 128 * d  # q s + z = (q + 128) s + (z - 128 s), q + 128 unsigned
-        body = (qt.q.to(torch.int16) + 128).to(torch.uint8)
-    scales = torch.cat([d, m], dim=1).contiguous().view(torch.uint8)
-    data = torch.cat([scales, body.reshape(n, -1)], dim=1).contiguous()
-    return NativeMatrix(data, qt.bits, n, k)
+        body = (qt.q.to(torch.int16) + 128).to(torch.uint8)  # unsigned
+    fmt = FMT_Q8 if qt.bits == 8 else 0
+    parts = [d]
+    if qt.zero is not None and not torch.equal(m, -implied * d):
+        fmt |= FMT_M
+        parts.append(m)
+    if all(_exact_f16(t) for t in parts):
+        fmt |= FMT_F16
+        parts = [t.half() for t in parts]
+    scales = [t.contiguous().view(torch.uint8) for t in parts]
+    data = torch.cat([*scales, body.reshape(n, -1)], dim=1).contiguous()
+    return NativeMatrix(data, fmt, n, k)
 
 
 def _lib() -> ctypes.CDLL:
@@ -101,7 +128,7 @@ def matmul(x: torch.Tensor, w: NativeMatrix, bias: torch.Tensor | None = None) -
     xa = quantize_activations(x32)
     y = torch.empty(rows, w.n, dtype=torch.float32)
     bp = None if bias is None else bias.data_ptr()
-    _lib().aug_gemm(w.data.data_ptr(), w.kind, xa.data_ptr(), y.data_ptr(), rows, w.n, w.k,
+    _lib().aug_gemm(w.data.data_ptr(), w.fmt, xa.data_ptr(), y.data_ptr(), rows, w.n, w.k,
                     w.n, bp, torch.get_num_threads())  # fmt: skip
     return y
 
@@ -112,6 +139,6 @@ def dequantize(w: NativeMatrix, dtype: torch.dtype = torch.float32) -> torch.Ten
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype}")
     out = torch.empty(w.n, w.k, dtype=dtype)
     kind = 0 if dtype == torch.float32 else 1
-    _lib().aug_dequant(w.data.data_ptr(), w.kind, w.n, w.k, out.data_ptr(), kind,
+    _lib().aug_dequant(w.data.data_ptr(), w.fmt, w.n, w.k, out.data_ptr(), kind,
                        torch.get_num_threads())  # fmt: skip
     return out
