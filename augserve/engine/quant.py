@@ -135,10 +135,10 @@ def native_matmul(x: torch.Tensor, w: NativeMatrix) -> torch.Tensor:
     return matmul(x, w)
 
 
-def native_dequantize(w: NativeMatrix, dtype: torch.dtype) -> torch.Tensor:
+def native_dequantize(w: NativeMatrix, dtype: torch.dtype, reuse: bool = False) -> torch.Tensor:
     from augserve.engine.native.qmatrix import dequantize
 
-    return dequantize(w, dtype)
+    return dequantize(w, dtype, reuse)
 
 
 def int4_packable(n: int, k: int, group: int) -> bool:
@@ -252,7 +252,7 @@ class QuantLinear(nn.Module):
         assert w is not None
         if x.shape[0] >= NATIVE_DENSE_ROWS:
             dtype = torch.bfloat16 if cpu_has_bf16() else torch.float32
-            y = F.linear(x.to(dtype), native_dequantize(w, dtype))
+            y = F.linear(x.to(dtype), native_dequantize(w, dtype, reuse=True))
         else:
             y = native_matmul(x, w)
         if self.bias is not None:

@@ -16,6 +16,7 @@ kernel on `torch.get_num_threads()` threads.
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -133,11 +134,32 @@ def matmul(x: torch.Tensor, w: NativeMatrix, bias: torch.Tensor | None = None) -
     return y
 
 
-def dequantize(w: NativeMatrix, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The weight [n, k] in float32 or bfloat16 (what prefill-sized products multiply)."""
+# A dequantized weight is written into a per-thread buffer kept between calls (up to
+# SCRATCH_BYTES): with the server's fixed 1 MiB mmap threshold (native_memory.py) a fresh
+# buffer is fresh pages the kernel must fault in and zero, 0.34 s of a 512-token prefill
+# of a 0.5B model (1.05 s against 0.71 s, the same step with and without the tuning).
+SCRATCH_BYTES = 64 * 2**20
+_scratch = threading.local()
+
+
+def _buffer(n: int, k: int, dtype: torch.dtype, reuse: bool) -> torch.Tensor:
+    size = n * k * torch.empty((), dtype=dtype).element_size()
+    if not reuse or size > SCRATCH_BYTES:
+        return torch.empty(n, k, dtype=dtype)
+    buf: torch.Tensor | None = getattr(_scratch, "buf", None)
+    if buf is None or buf.numel() < size:
+        buf = _scratch.buf = torch.empty(max(size, 2**20), dtype=torch.uint8)
+    return buf[:size].view(dtype).view(n, k)
+
+
+def dequantize(
+    w: NativeMatrix, dtype: torch.dtype = torch.float32, reuse: bool = False
+) -> torch.Tensor:
+    """The weight [n, k] in float32 or bfloat16 (what prefill-sized products multiply).
+    `reuse`: in this thread's buffer, valid until its next `reuse` call."""
     if dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype}")
-    out = torch.empty(w.n, w.k, dtype=dtype)
+    out = _buffer(w.n, w.k, dtype, reuse)
     kind = 0 if dtype == torch.float32 else 1
     _lib().aug_dequant(w.data.data_ptr(), w.fmt, w.n, w.k, out.data_ptr(), kind,
                        torch.get_num_threads())  # fmt: skip
