@@ -44,10 +44,10 @@ if TYPE_CHECKING:
 QK = 32  # the native kernels' block
 # From this many rows a product on the native blocks dequantizes the weight and runs one
 # dense matmul: the integer kernel costs in proportion to the rows, oneDNN's bf16 matmul
-# far less; measured side by side (benchmarks/bench_native_kernels.py, docs/engine-quant.md):
-# 9728 x 896 at 16 rows 0.91 ms integer against 2.23 dequantize + bf16, at 64 rows 6.52
-# against 5.73; 896 x 4864 at 64 rows 3.67 against 1.41.
-NATIVE_DENSE_ROWS = 32
+# far less. Side by side (benchmarks/bench_native_kernels.py, docs/data/native-kernels.json,
+# ms, integer / dequantize + bf16): 9728 x 896 at 16 rows 0.81 / 1.16, at 32 rows 3.46 /
+# 1.69; 896 x 4864 at 16 rows 0.57 / 0.53, at 32 1.98 / 0.79; set between the two.
+NATIVE_DENSE_ROWS = 24
 
 
 def quantize_int8(w: torch.Tensor) -> QTensor:
