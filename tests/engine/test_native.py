@@ -178,11 +178,15 @@ def test_prefill_sized_products_use_the_dequantized_weight() -> None:
         assert ((got - want).abs().max() / want.abs().max()).item() < 3e-2
 
 
+@pytest.mark.parametrize("flags,needs", VARIANTS, ids=[v[0] for v in VARIANTS])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_paged_decode_attention_matches_torch(dtype: torch.dtype) -> None:
+def test_paged_decode_attention_matches_torch(
+    dtype: torch.dtype, flags: str, needs: set[str]
+) -> None:
     """Sequences of 1 to 700 tokens (chunks of one, and of several: the flash-decoding
-    merge), scattered blocks, GQA: torch's gather-then-SDPA on the same cache."""
-    lib = nq._lib()
+    merge), scattered blocks, GQA, every ISA variant: torch's gather-then-SDPA on the
+    same cache."""
+    lib = _variant(flags, needs)
     g = torch.Generator().manual_seed(0)
     heads, kv_heads, d, bs = 8, 2, 64, 16
     lens = torch.tensor([1, 17, 700, 129, 256])
