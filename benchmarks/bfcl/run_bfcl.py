@@ -18,6 +18,10 @@ BFCL loads `$BFCL_PROJECT_ROOT/.env` with override=True at every command, so a
 variable set in the shell loses to a stale `.env`: this script writes a minimal one
 before each run. `--limit N` runs the first N entries of each category (BFCL's
 `--run-ids` file). Generation is capped at `--max-tokens` per turn on every path.
+multi_turn_base runs through BFCL's own multi-turn loops with BFCL's own step cap
+(MAXIMUM_STEP_LIMIT steps per user turn); no other cap is added. The JSON records the
+load average once a minute during the generation (`generation`), BFCL's reason for each
+failed entry and, for multi-turn entries, the steps and prompt tokens of each turn.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -196,6 +201,44 @@ def verdicts(root: Path, model: str, categories: list[str]) -> dict[str, dict[st
     return out
 
 
+def failure_reasons(root: Path, model: str, categories: list[str]) -> dict[str, str]:
+    """Per failed entry: BFCL's reason (the score file's `error_type`, else its first
+    `error` message), so that equal verdicts can be read as failures for the same cause."""
+    out: dict[str, str] = {}
+    for cat in categories:
+        name = CATEGORIES[cat]
+        for f in (root / "score" / model).rglob(f"BFCL_v4_{name}_score.json"):
+            for line in f.read_text().splitlines()[1:]:
+                if not line.strip():
+                    continue
+                entry = json.loads(line)
+                err = entry.get("error", "")
+                if isinstance(err, dict):
+                    err = err.get("error_type") or err.get("error_message", "")
+                elif isinstance(err, list):
+                    err = err[0] if err else ""
+                out[entry["id"]] = str(err)
+    return out
+
+
+def multi_turn_shape(root: Path, model: str) -> dict[str, dict[str, list[int]]]:
+    """Per multi-turn entry: the model steps of each user turn (a step is one request;
+    BFCL goes on to the next turn when a reply holds no call it can execute, and stops
+    a turn after its MAXIMUM_STEP_LIMIT steps) and each step's prompt tokens."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for f in (root / "result" / model).rglob("BFCL_v4_multi_turn_*_result.json"):
+        for line in f.read_text().splitlines():
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            counts = entry.get("input_token_count") or []
+            out[entry["id"]] = {
+                "steps_per_turn": [len(t) for t in entry["result"]],
+                "prompt_tokens": [int(x) for t in counts for x in t],
+            }
+    return out
+
+
 def disagreements(per_path: dict[str, dict[str, dict[str, bool]]]) -> dict[str, list[str]]:
     """Per category: the entries that every path ran but not every path scored the same."""
     out: dict[str, list[str]] = {}
@@ -234,6 +277,11 @@ def provenance(cmd: list[str]) -> dict[str, Any]:
     commit = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout.split("\n")
     flags = ""
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -243,8 +291,10 @@ def provenance(cmd: list[str]) -> dict[str, Any]:
     return {
         "command": " ".join(cmd),
         "commit": commit,
+        "modified_files": [x[3:] for x in dirty if x.strip()],  # uncommitted, at the run
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "load_average": os.getloadavg(),
+        "niceness": os.nice(0),
         "cpu_flags": flags,
         "bfcl_eval": "2026.3.23",
     }
@@ -274,6 +324,48 @@ def generate(
         for p in procs:
             p.terminate()
             p.wait(30)
+
+
+class LoadSampler:
+    """The machine's load average once a minute while the generation runs (the run's
+    timings depend on it; the verdicts do not)."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        self.every_s = every_s
+        self.samples: list[tuple[str, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+            self.samples.append((now, round(os.getloadavg()[0], 2)))
+            if self.stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        self.start = datetime.datetime.now(datetime.UTC)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.end = datetime.datetime.now(datetime.UTC)
+
+    def summary(self) -> dict[str, Any]:
+        loads = [x for _, x in self.samples]
+        return {
+            "start": self.start.isoformat(timespec="seconds"),
+            "end": self.end.isoformat(timespec="seconds"),
+            "wall_s": round((self.end - self.start).total_seconds()),
+            "load_1min": {
+                "min": min(loads),
+                "max": max(loads),
+                "mean": round(sum(loads) / len(loads), 2),
+            },
+            "load_1min_samples": self.samples,
+        }
 
 
 def parse_args() -> argparse.Namespace:
@@ -316,16 +408,26 @@ def main() -> int:
     ref = [sys.executable, str(HERE / "reference_server.py"), "--gguf", str(args.gguf)]
     ref += ["--port", str(args.port + 1), "--max-new-tokens", str(args.max_tokens)]
     paths = args.paths.split(",")
+    prov = provenance(sys.argv)  # before the run: the commit the servers start from
+    generation = None
     if not args.score_only:
-        generate(args, root, paths, serve, ref, env, local_dir)
+        with LoadSampler() as sampler:
+            generate(args, root, paths, serve, ref, env, local_dir)
+        generation = sampler.summary()
     for model in paths:
         tests = ",".join(CATEGORIES[c] for c in cats)
         bfcl(root, "evaluate", "--model", model, "--test-category", tests, "--partial-eval")
     table = {m: accuracies(root, m, cats) for m in paths}
     keys = {"augserve-chat": "augserve_chat", "augserve-completions": "augserve_completions"}
-    data = provenance(sys.argv) | {"model": args.gguf.name, "max_tokens_per_turn": args.max_tokens}
+    data = prov | {"model": args.gguf.name, "max_tokens_per_turn": args.max_tokens}
+    end = provenance(sys.argv)
+    data["date"] = end["date"]
+    if end["commit"] != prov["commit"]:  # commits landed during the run (not in the servers)
+        data["commit_at_end"] = end["commit"]
     if args.note:
         data["note"] = args.note
+    if generation is not None:
+        data["generation"] = generation
     data["categories"] = {}
     for c in cats:
         row: dict[str, Any] = {keys.get(m, m): table[m].get(c, (None, 0))[0] for m in paths}
@@ -335,6 +437,9 @@ def main() -> int:
     per_entry = {keys.get(m, m): verdicts(root, m, cats) for m in paths}
     data["per_entry"] = per_entry
     data["disagreements"] = disagreements(per_entry)
+    data["failure_reasons"] = {keys.get(m, m): failure_reasons(root, m, cats) for m in paths}
+    if "multi_turn_base" in cats:
+        data["multi_turn"] = {keys.get(m, m): multi_turn_shape(root, m) for m in paths}
     if {"augserve-completions", "reference"} <= set(paths):  # the same prompt on both
         parts = text_agreement(root, "augserve-completions", "reference")
         data["completions_vs_reference_text"] = parts
