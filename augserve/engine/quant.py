@@ -25,21 +25,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from augserve.engine.cpu_info import cpu_has_bf16
+from augserve.engine.native import qmatrix as nq
+from augserve.engine.native.build import available
 from augserve.engine.qtensor import INT4_OFFSET, QTensor
 from augserve.engine.quant_embed import QuantEmbedding
 from augserve.engine.quant_prefill import dequantize_packed, use_dequantized
 
 __all__ = ["INT4_OFFSET", "QTensor", "QuantLinear"]  # QTensor lives in qtensor.py
-
-if TYPE_CHECKING:
-    from augserve.engine.native.qmatrix import NativeMatrix
 
 QK = 32  # the native kernels' block
 # From this many rows a product on the native blocks dequantizes the weight and runs one
@@ -117,28 +116,7 @@ def native_wanted(qt: QTensor) -> bool:
     turned off (AUGSERVE_NATIVE=0), and `qt` has a block form. They quantize the
     activations to int8 (as llama.cpp does); a model asked for float32 activations keeps
     torch's kernels, whose products equal the dequantized weight's (docs/engine-quant.md)."""
-    from augserve.engine.native.build import available
-    from augserve.engine.native.qmatrix import packable
-
-    return packable(qt) and available()
-
-
-def native_pack(qt: QTensor) -> NativeMatrix:
-    from augserve.engine.native.qmatrix import pack
-
-    return pack(qt)
-
-
-def native_matmul(x: torch.Tensor, w: NativeMatrix) -> torch.Tensor:
-    from augserve.engine.native.qmatrix import matmul
-
-    return matmul(x, w)
-
-
-def native_dequantize(w: NativeMatrix, dtype: torch.dtype, reuse: bool = False) -> torch.Tensor:
-    from augserve.engine.native.qmatrix import dequantize
-
-    return dequantize(w, dtype, reuse)
+    return nq.packable(qt) and available()
 
 
 def int4_packable(n: int, k: int, group: int) -> bool:
@@ -159,7 +137,7 @@ class QuantLinear(nn.Module):
         self.bits = 0  # 0 until set_weight
         self.group = 0
         self.planes = 1  # 2: int8 in groups as two int4 planes stacked along N
-        self.native: NativeMatrix | None = None  # the native kernels' form (native/)
+        self.native: nq.NativeMatrix | None = None  # the native kernels' form (native/)
         self.packed: torch.Tensor | None  # int4: packed; int8: q; dense: the weight
         self.scales: torch.Tensor | None  # int4: [K/g, N, 2]; int8: [N]
         self.register_buffer("packed", None, persistent=False)
@@ -175,7 +153,7 @@ class QuantLinear(nn.Module):
         n, k = qt.shape
         self.native = None
         if act_dtype != torch.float32 and native_wanted(qt):  # fp32: torch's exact kernels
-            self.native, self.bits, self.group = native_pack(qt), qt.bits, QK
+            self.native, self.bits, self.group = nq.pack(qt), qt.bits, QK
             self.packed = self.scales = None
             return
         grouped8 = qt.bits == 8 and qt.group < k  # runs as two int4 planes
@@ -252,9 +230,9 @@ class QuantLinear(nn.Module):
         assert w is not None
         if x.shape[0] >= NATIVE_DENSE_ROWS:
             dtype = torch.bfloat16 if cpu_has_bf16() else torch.float32
-            y = F.linear(x.to(dtype), native_dequantize(w, dtype, reuse=True))
+            y = F.linear(x.to(dtype), nq.dequantize(w, dtype, reuse=True))
         else:
-            y = native_matmul(x, w)
+            y = nq.matmul(x, w)
         if self.bias is not None:
             y = y + self.bias
         return y if y.dtype == x.dtype else y.to(x.dtype)

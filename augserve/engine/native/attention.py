@@ -1,6 +1,6 @@
 """Decode attention over the paged KV cache on the native kernels, for any CPU model.
 
-`kernels.c`'s `aug_attn_decode` reads each sequence's blocks in place (no gathered or
+`attention.c`'s `aug_attn_decode` reads each sequence's blocks in place (no gathered or
 padded copy), all KV heads of a token at once, in chunks of a context so that one long
 sequence still keeps every thread busy (flash-decoding), in float32 math over a float32
 or bf16 cache. The torch path (`attention_cpu.decode_cpu`) gathers each group's context

@@ -1,4 +1,5 @@
-"""Compile `kernels.c` once per machine and load it with ctypes.
+"""Compile the native kernels (`gemm.c`, `attention.c`, `decode.c`, `native.h`) once per
+machine and load them with ctypes.
 
 The library is built with the system's C compiler (`CC`, else `cc`/`gcc`) at
 `-O3 -march=native -fopenmp` into `resolve.cache_root()/native/`, under a name that
@@ -33,9 +34,11 @@ from augserve.engine.ops import env_switch
 
 log = logging.getLogger("augserve.native")
 
-SOURCE = Path(__file__).with_name("kernels.c")
+HERE = Path(__file__).resolve().parent
+SOURCES = ("gemm.c", "attention.c", "decode.c")  # one library; native.h is shared
+HEADERS = ("native.h",)
 FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=off")
-ABI_VERSION = 9  # kernels.c's aug_abi_version(); a mismatch means a stale build
+ABI_VERSION = 9  # gemm.c's aug_abi_version(); a mismatch means a stale build
 
 
 class NativeUnavailable(RuntimeError):
@@ -68,7 +71,9 @@ def arch_flags() -> tuple[str, ...]:
 
 
 def library_path(cc: str, arch: tuple[str, ...]) -> Path:
-    h = hashlib.sha256(SOURCE.read_bytes())
+    h = hashlib.sha256()
+    for name in SOURCES + HEADERS:
+        h.update((HERE / name).read_bytes())
     h.update(_version(cc).encode())
     h.update(" ".join(FLAGS + arch).encode())
     h.update(_cpu_signature().encode())
@@ -95,7 +100,7 @@ def build(cc: str, arch: tuple[str, ...]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
-    cmd = [cc, *FLAGS, *arch, "-o", tmp, str(SOURCE), "-lm"]
+    cmd = [cc, *FLAGS, *arch, "-o", tmp, *(str(HERE / name) for name in SOURCES), "-lm"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
@@ -132,7 +137,7 @@ def load_variant(arch: tuple[str, ...]) -> ctypes.CDLL:
 
 
 _P, _I64, _INT, _FLOAT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
-SIGNATURES: dict[str, tuple[list[type], type | None]] = {  # kernels.c's exported functions
+SIGNATURES: dict[str, tuple[list[type], type | None]] = {  # the exported C functions
     "aug_acts_bytes": ([_I64, _I64], _I64),
     "aug_quantize_rows": ([_P, _I64, _I64, _I64, _P], None),
     "aug_gemm": ([_P, _INT, _P, _P, _I64, _I64, _I64, _I64, _P, _INT], None),

@@ -1,4 +1,4 @@
-"""A Llama-family decode step in one native call (`kernels.c`'s `aug_llama_decode`).
+"""A Llama-family decode step in one native call (`decode.c`'s `aug_llama_decode`).
 
 For a quantized Llama / Mistral / Qwen2 model whose projections are all `NativeMatrix`
 weights, a step of decodes only (every sequence one new token) runs every layer in C:

@@ -1,7 +1,7 @@
 """Quantized weights in the native kernels' block formats, and products with them.
 
 `pack(qt)` turns a `quant.QTensor` into a `NativeMatrix` in the row formats of
-`kernels.c`: int4 weights as q4 rows (w = d q + m per block of 32, exact for GGUF's
+`native.h`: int4 weights as q4 rows (w = d q + m per block of 32, exact for GGUF's
 Q4_0 / Q4_1 / Q4_K), int8 weights as q8 rows (exact for Q8_0, and for int8 per channel
 with its scale repeated per block). Groups of 64, 128 or 256 are whole groups of 32
 with equal scales, so they pack exactly too. Scales are stored as float16 where that
@@ -25,7 +25,7 @@ from augserve.engine.native.build import load
 from augserve.engine.qtensor import INT4_OFFSET, QTensor
 
 QK = 32
-FMT_Q8, FMT_F16, FMT_M = 1, 2, 4  # kernels.c's format bits
+FMT_Q8, FMT_F16, FMT_M = 1, 2, 4  # native.h's format bits
 
 
 def packable(qt: QTensor) -> bool:
@@ -112,7 +112,7 @@ def _lib() -> ctypes.CDLL:
 
 
 def quantize_activations(x: torch.Tensor) -> torch.Tensor:
-    """x float32 [M, K] (contiguous) -> its int8 form (kernels.c's activations), uint8."""
+    """x float32 [M, K] (contiguous) -> its int8 form (native.h's activations), uint8."""
     m, k = x.shape
     lib = _lib()
     out = torch.empty(int(lib.aug_acts_bytes(m, k)), dtype=torch.uint8)
