@@ -65,7 +65,9 @@ from bench_tools_protocol import (  # noqa: E402
     apply_config,
     build_result,
     calibrated,
+    cell_plan,
     cells_table,
+    kept_rows,
     slo_config,  # noqa: E402
 )
 from bench_tools_report import row_for, table  # noqa: E402
@@ -222,6 +224,11 @@ def parse_args() -> argparse.Namespace:
         help="run only these repeats (e.g. '0' or '1,2'): a part of a run split across "
         "sessions, written as a part file for bench_parts.py (default: every repeat)",
     )  # fmt: skip
+    p.add_argument(
+        "--resume", action="store_true",
+        help="go on with a run that died: keep the cells already in OUT's .rows.jsonl, run "
+        "only the others, and price augserve with the profile the first process fitted",
+    )  # fmt: skip
     args = p.parse_args()
     raw = json.loads(Path(args.config).read_text())
     args.raw_config = raw
@@ -304,7 +311,10 @@ def _augserve_servers(
         args.swap_bandwidth = swap_bandwidth(args)
     print(f"augserve: swaps at {args.swap_bandwidth / 1e9:.2f} GB/s", flush=True)
     prof_path = out.with_name("profile-augserve.json")
-    if args.profile == "fitted":
+    if args.resume and prof_path.is_file():  # the same prices as the cells already run
+        prof = prof_path
+        print(f"augserve: profile kept from the first process: {prof_path}", flush=True)
+    elif args.profile == "fitted":
         prof = fitted_profile(args, prof_path)
         print(f"augserve: profile fitted on the engine: {prof_path}", flush=True)
     else:
@@ -354,17 +364,15 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
         a_iter, a_prefill = _augserve_servers(args, out, slo, servers, named)
     vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
     scale = Scale(length=args.length_scale, time=args.time_scale)
-    rows: list[dict[str, Any]] = []
-    names = list(named)
-    for rep in args.repeat_indices:
-        for k, rate in enumerate(cfg.rates):
-            seed = cfg.workload_seed(rep, k)
-            workload = build_workload(rate, args.duration, seed, scale, vocab, args.workload)
-            turn = (rep + k) % len(names)
-            for name in names[turn:] + names[:turn]:
-                rows.append(_cell_run(args, name, named[name], workload, slo, rate, rep, seed))
-                with out.with_suffix(".rows.jsonl").open("a") as fh:  # kept if the run dies
-                    fh.write(json.dumps(rows[-1]) + "\n")
+    rows = kept_rows(out) if args.resume else []
+    done = {(r["rate"], r["engine"], r["repeat"]) for r in rows}
+    for rep, k, rate, todo in cell_plan(cfg.rates, list(named), args.repeat_indices, done):
+        seed = cfg.workload_seed(rep, k)
+        workload = build_workload(rate, args.duration, seed, scale, vocab, args.workload)
+        for name in todo:
+            rows.append(_cell_run(args, name, named[name], workload, slo, rate, rep, seed))
+            with out.with_suffix(".rows.jsonl").open("a") as fh:  # kept if the run dies
+                fh.write(json.dumps(rows[-1]) + "\n")
     meta = dict(
         wall_s=round(time.monotonic() - t_start, 1), cpu=cpu_flags(),
         vllm={"iteration_s": v_iter, "prefill_256_s": v_prefill},
@@ -374,6 +382,8 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
                  "VLLM_CPU_OMP_THREADS_BIND": args.vllm_omp_threads_bind},
         swap_bandwidth=args.swap_bandwidth,
     )  # fmt: skip
+    if args.resume:
+        meta["resumed"] = {"rows_kept": len(done), "profile": "kept from the first process"}
     command = " ".join([sys.executable, *sys.argv])
     if args.repeats is not None:  # a part: rows only, merged later (bench_parts.py)
         result = part_file(args.config, args.repeat_indices, rows, commit=commit,

@@ -164,3 +164,27 @@ def read(path: str | Path) -> dict[str, Any]:
     payload: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
     protocol.check_result(payload)
     return payload
+
+
+def cell_plan(
+    rates: Sequence[float], names: list[str], repeats: Sequence[int],
+    done: set[tuple[float, str, int]],
+) -> list[tuple[int, int, float, list[str]]]:  # fmt: skip
+    """(repeat, rate index, rate, engines in the order they run) for every cell not in
+    `done`; the engines rotate which goes first from one cell to the next."""
+    plan = []
+    for rep in repeats:
+        for k, rate in enumerate(rates):
+            turn = (rep + k) % len(names)
+            todo = [n for n in names[turn:] + names[:turn] if (rate, n, rep) not in done]
+            if todo:
+                plan.append((rep, k, rate, todo))
+    return plan
+
+
+def kept_rows(out: Path) -> list[dict[str, Any]]:
+    """The rows a run that died wrote before it died (empty if none)."""
+    path = out.with_suffix(".rows.jsonl")
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -148,3 +148,21 @@ def test_committed_protocol_results_have_every_field(path: Path) -> None:
         assert len(set(cell["seeds"])) == result["repeats"]
         assert cell["attainment_interval"]["n"] == result["repeats"]
     assert "vllm" in result["capacity"]
+
+
+def test_a_resumed_run_plans_only_the_cells_the_dead_one_left(tmp_path: Path) -> None:
+    names, rates = ["vllm", "augserve:augserve-slo+online"], [0.2, 0.4, 0.6, 0.8]
+    full = btp.cell_plan(rates, names, [0], set())
+    assert [(k, todo) for _, k, _, todo in full] == [
+        (0, names), (1, names[::-1]), (2, names), (3, names[::-1]),
+    ]  # fmt: skip  # who goes first alternates
+    out = tmp_path / "part-0.json"
+    assert btp.kept_rows(out) == []
+    ran = [{"rate": r, "engine": n, "repeat": 0} for _, _, r, todo in full[:3] for n in todo]
+    ran.append({"rate": 0.8, "engine": names[1], "repeat": 0})  # died inside rate 0.8
+    out.with_suffix(".rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ran))
+    kept = btp.kept_rows(out)
+    assert kept == ran
+    done = {(r["rate"], r["engine"], r["repeat"]) for r in kept}
+    assert btp.cell_plan(rates, names, [0], done) == [(0, 3, 0.8, ["vllm"])]
+    assert btp.cell_plan(rates, names, [1], done)[0] == (1, 0, 0.2, names[::-1])
