@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-agent-sessions-q3.json"
-PARTS = {k: ROOT / "docs" / "data" / f"vs-vllm-agent-sessions-q3-part-{k}.json" for k in (0, 1)}
+PARTS = {k: ROOT / "docs" / "data" / f"vs-vllm-agent-sessions-q3-part-{k}.json" for k in (0, 1, 2)}
 OURS = "augserve:augserve-slo+online"
 # (rate, engine) -> SLO attainment in percent, as docs/results-vs-vllm.md states them
 STATED = {
@@ -22,7 +22,10 @@ STATED = {
         (0.6, "vllm"): 89, (0.6, OURS): 71, (0.8, "vllm"): 88, (0.8, OURS): 44},
     1: {(0.2, "vllm"): 95, (0.2, OURS): 95, (0.4, "vllm"): 98, (0.4, OURS): 83,
         (0.6, "vllm"): 82, (0.6, OURS): 52, (0.8, "vllm"): 76, (0.8, OURS): 20},
+    2: {(0.2, "vllm"): 97, (0.2, OURS): 88, (0.4, "vllm"): 97, (0.4, OURS): 94,
+        (0.6, "vllm"): 92, (0.6, OURS): 64, (0.8, "vllm"): 73, (0.8, OURS): 13},
 }  # fmt: skip
+MERGED = ROOT / "docs" / "data" / "vs-vllm-agent-sessions-q3.json"
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -65,3 +68,33 @@ def test_the_attainments_the_docs_state(k: int) -> None:
         for r in _read(PARTS[k])["rows"]
     }
     assert got == STATED[k]
+
+
+def test_the_merged_result_the_readme_states() -> None:
+    """Means 93 / 89 / 62 / 26% vs 96 / 97 / 88 / 79%; vLLM's capacity 0.55 [0.41, 0.72],
+    ours 0.35 with no interval (repeat 2 is under 90% at 0.2), a ratio of 0.63."""
+    merged = _read(MERGED)
+    assert merged["repeats"] == 3 and merged["memory"] == _read(CONFIG)["memory"]
+    assert [p["repeats_run"] for p in merged["parts"]] == [[0], [1], [2]]
+    for c in merged["cells"]:
+        per = [
+            r["metrics"]["slo_attainment"]
+            for k in range(3)
+            for r in _read(PARTS[k])["rows"]
+            if (r["rate"], r["engine"]) == (c["rate"], c["engine"])
+        ]
+        assert c["attainment"] == per
+    means = {(c["rate"], c["engine"]): round(100 * c["attainment_interval"]["mean"])
+             for c in merged["cells"]}  # fmt: skip
+    assert means == {(0.2, OURS): 93, (0.4, OURS): 89, (0.6, OURS): 62, (0.8, OURS): 26,
+                     (0.2, "vllm"): 96, (0.4, "vllm"): 97, (0.6, "vllm"): 88,
+                     (0.8, "vllm"): 79}  # fmt: skip
+    theirs, ours = merged["capacity"]["vllm"], merged["capacity"][OURS]
+    assert theirs["censored"] == "" and round(theirs["rate"], 2) == 0.55
+    assert (round(theirs["interval"]["low"], 2), round(theirs["interval"]["high"], 2)) == (
+        0.41, 0.72,
+    )  # fmt: skip
+    assert ours["per_repeat_censored"] == ["", "", "below"] and ours["interval"]["low"] is None
+    assert round(ours["rate"], 2) == 0.35
+    ratio = merged["capacity_ratio"][OURS]
+    assert round(ratio["ratio"], 2) == 0.63 and ratio["lower_bound"] is None
