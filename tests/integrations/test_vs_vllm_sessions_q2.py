@@ -6,19 +6,18 @@ diagnosis cells after part 1 say what the docs say."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from tests.integrations.sessions_protocol import OURS, check_merged, check_part, read
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-agent-sessions-q2.json"
 PARTS = [ROOT / "docs" / "data" / f"vs-vllm-agent-sessions-q2-part-{k}.json" for k in range(3)]
 MERGED = ROOT / "docs" / "data" / "vs-vllm-agent-sessions-q2.json"
 DIAG = ROOT / "docs" / "data" / "sessions-q2-diag"
-OURS = "augserve:augserve-slo+online"
 # (rate, engine) -> SLO attainment in percent, as docs/results-vs-vllm.md states them
 STATED = [
     {(0.2, "vllm"): 93, (0.2, OURS): 96, (0.4, "vllm"): 84, (0.4, OURS): 84,
@@ -30,42 +29,22 @@ STATED = [
 ]  # fmt: skip
 
 
-def _read(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
-
-
 @pytest.mark.parametrize("k", [0, 1, 2])
 def test_each_part_ran_its_repeat_of_the_committed_config(k: int) -> None:
-    part, cfg = _read(PARTS[k]), _read(CONFIG)
-    assert part["config"] == "benchmarks/configs/vs-vllm-agent-sessions-q2.json"
-    assert part["config_sha256"] == hashlib.sha256(CONFIG.read_bytes()).hexdigest()
-    assert part["repeats_run"] == [k] and [k] in cfg["split"]
-    ours, theirs = part["servers"][OURS], part["servers"]["vllm"]
-    assert "--num-device-blocks 128" in ours and "--num-gpu-blocks-override 128" in theirs
-    assert "--swap-space" not in ours  # no host pool: the same 4,096 KV tokens each
-    assert "--predictor online" in ours and "--policy augserve-slo" in ours
-    assert f"--set slo_ttft={cfg['slo']['ttft_s']}" in ours  # told the SLO it is judged by
-    cells = {(r["rate"], r["engine"]) for r in part["rows"]}
-    assert cells == {(rate, e) for rate in cfg["rates"] for e in ("vllm", OURS)}
-    for r in part["rows"]:
-        index = cfg["rates"].index(r["rate"])
-        assert r["repeat"] == k and r["seed"] == 1000 * cfg["seeds"][k] + index
-        assert r["load_avg_1min"] < 2.0 and not r["errors"]  # quiet: nothing else ran
-        assert r["metrics"]["num_unfinished"] == 0
+    check_part(read(PARTS[k]), CONFIG, k)
 
 
 @pytest.mark.parametrize("k", [0, 1, 2])
 def test_the_attainments_the_docs_state(k: int) -> None:
     got = {
         (r["rate"], r["engine"]): round(100 * r["metrics"]["slo_attainment"])
-        for r in _read(PARTS[k])["rows"]
+        for r in read(PARTS[k])["rows"]
     }
     assert got == STATED[k]
 
 
 def test_the_parts_ran_on_the_machines_the_docs_name() -> None:
-    cpus = [_read(p)["cpu"] for p in PARTS]
+    cpus = [read(p)["cpu"] for p in PARTS]
     assert cpus[0]["model"].startswith("Intel") and cpus[0]["amx"]
     for k in (1, 2):
         assert cpus[k]["model"].startswith("AMD") and not cpus[k]["amx"]
@@ -74,19 +53,8 @@ def test_the_parts_ran_on_the_machines_the_docs_name() -> None:
 def test_the_merged_result_is_the_parts_and_both_capacities_are_censored_below() -> None:
     """The means the docs state (78 / 37 / 7% vs 88 / 78 / 55%), and no capacity ratio:
     both systems are under 90% at the grid's lowest rate."""
-    merged = _read(MERGED)
-    assert merged["repeats"] == 3 and merged["memory"] == _read(CONFIG)["memory"]
-    assert [p["repeats_run"] for p in merged["parts"]] == [[0], [1], [2]]
-    for c in merged["cells"]:
-        per = [
-            r["metrics"]["slo_attainment"]
-            for k in range(3)
-            for r in _read(PARTS[k])["rows"]
-            if (r["rate"], r["engine"]) == (c["rate"], c["engine"])
-        ]
-        assert c["attainment"] == per
-    means = {(c["rate"], c["engine"]): round(100 * c["attainment_interval"]["mean"])
-             for c in merged["cells"]}  # fmt: skip
+    merged = read(MERGED)
+    means = check_merged(merged, CONFIG, PARTS)
     assert means == {(0.2, OURS): 78, (0.4, OURS): 37, (0.6, OURS): 7,
                      (0.2, "vllm"): 88, (0.4, "vllm"): 78, (0.6, "vllm"): 55}  # fmt: skip
     for engine in (OURS, "vllm"):
@@ -105,7 +73,7 @@ def test_the_diagnosis_cells_after_part_1() -> None:
     pace 12%; the iterations 2.05x / 1.68x the profile, 1.01x the paced model, whose
     pace read 1.75-3.17x from 40 to 250 s."""
     att = {
-        n: round(100 * _read(DIAG / f"{n}-row.json")["metrics"]["slo_attainment"])
+        n: round(100 * read(DIAG / f"{n}-row.json")["metrics"]["slo_attainment"])
         for n in ("augserve-slo", "vllm-policy", "augserve-slo-pace")
     }
     assert att == {"augserve-slo": 15, "vllm-policy": 8, "augserve-slo-pace": 12}

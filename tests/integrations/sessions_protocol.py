@@ -1,0 +1,53 @@
+"""What every agent-session part run against real vLLM under the protocol must hold
+(q2, q3): its repeat of the committed config, equal memory, the SLO told, quiet."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+OURS = "augserve:augserve-slo+online"
+
+
+def read(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def check_part(part: dict[str, Any], config: Path, k: int) -> None:
+    """Part `k` ran repeat k of `config` byte for byte, every cell finished, quiet."""
+    cfg = read(config)
+    assert part["config"] == str(config.relative_to(ROOT))
+    assert part["config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
+    assert part["repeats_run"] == [k] and [k] in cfg["split"]
+    ours, theirs = part["servers"][OURS], part["servers"]["vllm"]
+    assert "--num-device-blocks 128" in ours and "--num-gpu-blocks-override 128" in theirs
+    assert "--swap-space" not in ours  # no host pool: the same 4,096 KV tokens each
+    assert "--predictor online" in ours and "--policy augserve-slo" in ours
+    assert f"--set slo_ttft={cfg['slo']['ttft_s']}" in ours  # told the SLO it is judged by
+    cells = {(r["rate"], r["engine"]) for r in part["rows"]}
+    assert cells == {(rate, e) for rate in cfg["rates"] for e in ("vllm", OURS)}
+    for r in part["rows"]:
+        index = cfg["rates"].index(r["rate"])
+        assert r["repeat"] == k and r["seed"] == 1000 * cfg["seeds"][k] + index
+        assert r["load_avg_1min"] < 2.0 and not r["errors"]  # quiet: nothing else ran
+        assert r["metrics"]["num_unfinished"] == 0
+
+
+def check_merged(merged: dict[str, Any], config: Path, parts: list[Path]) -> dict[Any, int]:
+    """The merged file is its parts' rows; returns the mean attainments in percent."""
+    assert merged["repeats"] == len(parts) and merged["memory"] == read(config)["memory"]
+    assert [p["repeats_run"] for p in merged["parts"]] == [[k] for k in range(len(parts))]
+    for c in merged["cells"]:
+        per = [
+            r["metrics"]["slo_attainment"]
+            for path in parts
+            for r in read(path)["rows"]
+            if (r["rate"], r["engine"]) == (c["rate"], c["engine"])
+        ]
+        assert c["attainment"] == per
+    return {(c["rate"], c["engine"]): round(100 * c["attainment_interval"]["mean"])
+            for c in merged["cells"]}  # fmt: skip
