@@ -26,6 +26,7 @@ from torch import nn
 
 from augserve.engine.ops import env_switch
 
+PREPACK_MIN_PARAMS = 1_000_000  # below: the tests' toy models (see prepack_wanted)
 ROWS_HINT = 32  # oneDNN picks the blocked layout for this many rows; any count works
 
 
@@ -50,13 +51,17 @@ def prepack_wanted(
 ) -> bool:
     """Whether to prepack: only for fp32 on the CPU with oneDNN. Then an explicit
     setting wins, then AUGSERVE_PREPACK=0/1, then 'auto': on for models of at least
-    20M parameters (as compilation; the tests' tiny models stay on `F.linear`)."""
+    `PREPACK_MIN_PARAMS` parameters. oneDNN's packed products beat MKL's `F.linear` in
+    every step of the 5M-parameter sessions model too (prefill 1.5-1.6x, decode
+    1.0-1.25x on an AMD EPYC, where MKL takes its generic path:
+    `benchmarks/bench_fp32_steps.py`, docs/data/fp32-steps.json); the floor only keeps
+    the tests' toy models on `F.linear`, so that the suite runs both paths."""
     if device.type != "cpu" or dtype != torch.float32 or not prepack_available():
         return False
     if setting is not None:
         return setting
     env = env_switch("AUGSERVE_PREPACK")
-    return num_params >= 20_000_000 if env is None else env
+    return num_params >= PREPACK_MIN_PARAMS if env is None else env
 
 
 def pack_weight(weight: torch.Tensor) -> None:

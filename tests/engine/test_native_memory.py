@@ -27,6 +27,7 @@ def _glibc() -> bool:
     ("field", "kw"),
     [("mmap_threshold_bytes", {"mmap_threshold_bytes": 100}),
      ("mmap_threshold_bytes", {"mmap_threshold_bytes": 64 * 2**20}),
+     ("trim_threshold_bytes", {"trim_threshold_bytes": 0}),
      ("arena_max", {"arena_max": 0})],
 )  # fmt: skip
 def test_tuning_names_the_bad_field(field: str, kw: dict[str, int]) -> None:
@@ -45,6 +46,45 @@ def test_glibc_takes_the_settings_and_trims() -> None:
     bufs = [ctypes.create_string_buffer(200_000) for _ in range(50)]  # below the threshold
     del bufs
     assert isinstance(malloc_trim(), bool)
+
+
+_FAULTS = """
+import ctypes, resource, sys
+from augserve.engine.native_memory import AllocatorTuning, tune_allocator
+if sys.argv[1] != "glibc":
+    assert tune_allocator(AllocatorTuning(mmap_threshold_bytes=int(sys.argv[1])))
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+size = 16 << 20  # an engine step's temporary (a 1,024-token prefill's MLP activations)
+faults = []
+for _ in range(4):  # four steps: allocate, write every page, free
+    p = libc.malloc(size)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    ctypes.memset(p, 1, size)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    libc.free(p)
+print(faults[-1])
+"""
+
+
+def _step_faults(setting: str) -> int:
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _FAULTS, setting], capture_output=True,
+                         text=True, timeout=120, check=True)  # fmt: skip
+    return int(run.stdout.split()[-1])
+
+
+@pytest.mark.skipif(not _glibc(), reason="not glibc")
+def test_a_steps_buffers_come_back_without_page_faults() -> None:
+    """With the server's thresholds a 16 MiB buffer freed by one step is the next
+    step's, its pages resident; with a 1 MiB mmap threshold (this file's first
+    setting) every step faults all of its 4,096 pages in again."""
+    pages = (16 << 20) // 4096
+    assert _step_faults(str(AllocatorTuning().mmap_threshold_bytes)) < pages // 16
+    assert _step_faults(str(1 << 20)) >= pages // 2
 
 
 def test_asks_fold_into_one_trim_per_interval() -> None:

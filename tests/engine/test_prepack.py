@@ -85,7 +85,7 @@ def test_linear_module_compiles_with_the_packed_op(monkeypatch: pytest.MonkeyPat
 
 
 def test_prepack_wanted_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    cpu, big, small = torch.device("cpu"), 30_000_000, 1_000
+    cpu, big, small = torch.device("cpu"), 5_000_000, 1_000
     want = prepack.prepack_wanted
     monkeypatch.delenv("AUGSERVE_PREPACK", raising=False)
     assert want(None, big, cpu, torch.float32) and not want(None, small, cpu, torch.float32)
