@@ -93,7 +93,8 @@ def model_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument(
         "--malloc-tuning", action=argparse.BooleanOptionalAction, default=True,
-        help="glibc: a fixed mmap threshold, at most 2 arenas, and malloc_trim after a "
+        help="glibc: fixed mmap (32 MiB) and trim (64 MiB) thresholds, at most 2 arenas, "
+        "and malloc_trim after a "
         "request body of 256 KiB or more, so large transient requests do not grow RSS "
         "(docs/server.md)" + D,
     )  # fmt: skip
