@@ -127,7 +127,8 @@ def kill_workers() -> None:
 def interrupt_guard() -> Iterator[None]:
     """Ctrl-C handling for a run that saves its work when interrupted: the first
     Ctrl-C raises KeyboardInterrupt (the caller stops and writes what finished);
-    any further one kills the workers and exits at once with status 130."""
+    any further one kills the workers and exits at once with status 130, also after
+    the guarded block (a Ctrl-C during the interpreter's teardown once died of SIGINT)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -147,7 +148,8 @@ def interrupt_guard() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if presses == 0:  # once interrupted, a further Ctrl-C exits at once until the
+            signal.signal(signal.SIGINT, previous)  # process ends (its teardown included)
 
 
 class _NoBar:
