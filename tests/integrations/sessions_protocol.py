@@ -17,6 +17,13 @@ def read(path: Path) -> dict[str, Any]:
     return data
 
 
+def attainments(part: dict[str, Any]) -> dict[tuple[float, str], int]:
+    """(rate, engine) -> the part's SLO attainment in percent, as the docs state it."""
+    return {
+        (r["rate"], r["engine"]): round(100 * r["metrics"]["slo_attainment"]) for r in part["rows"]
+    }
+
+
 def check_part(part: dict[str, Any], config: Path, k: int) -> None:
     """Part `k` ran repeat k of `config` byte for byte, every cell finished, quiet."""
     cfg = read(config)

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integrations.sessions_protocol import OURS, check_merged, check_part, read
+from tests.integrations.sessions_protocol import (
+    OURS,
+    attainments,
+    check_merged,
+    check_part,
+    read,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-agent-sessions-q3.json"
@@ -41,11 +47,7 @@ def test_part_0_was_resumed_with_its_first_prices() -> None:
 
 @pytest.mark.parametrize("k", sorted(PARTS))
 def test_the_attainments_the_docs_state(k: int) -> None:
-    got = {
-        (r["rate"], r["engine"]): round(100 * r["metrics"]["slo_attainment"])
-        for r in read(PARTS[k])["rows"]
-    }
-    assert got == STATED[k]
+    assert attainments(read(PARTS[k])) == STATED[k]
 
 
 def test_the_merged_result_the_readme_states() -> None:

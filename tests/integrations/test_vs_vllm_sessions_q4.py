@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from augserve.bench.capacity import crossing
-from tests.integrations.sessions_protocol import OURS, check_part, read
+from tests.integrations.sessions_protocol import OURS, attainments, check_part, read
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-agent-sessions-q4.json"
@@ -31,11 +31,7 @@ def test_each_part_ran_its_repeat_of_the_committed_config(k: int) -> None:
 
 @pytest.mark.parametrize("k", sorted(PARTS))
 def test_the_attainments_the_docs_state(k: int) -> None:
-    got = {
-        (r["rate"], r["engine"]): round(100 * r["metrics"]["slo_attainment"])
-        for r in read(PARTS[k])["rows"]
-    }
-    assert got == STATED[k]
+    assert attainments(read(PARTS[k])) == STATED[k]
 
 
 @pytest.mark.parametrize("k", sorted(PARTS))
