@@ -8,7 +8,8 @@ Each session is played as an OpenAI agent loop drives a server (`sim/client_sess
 a turn ends with "tool_calls", the client's tool returns after its time and the next
 turn resends the whole context. `vllm` is vLLM's behaviour (FCFS, prefix cache, no
 session kept, as real vLLM serves it); the others run as `augserve serve` does by
-default (sessions kept for 600 s, prefix cache on). The SLO is judged per session as
+default (sessions kept for 600 s, prefix cache on; "(no gate)": `augserve-slo` with its
+admission gate off, `admit_growth=0`, `sched/admission.py`). The SLO is judged per session as
 `bench_tools.py` judges it: the first turn's TTFT and the session's time in the server
 per generated token. Writes DIR/result.json, DIR/table.md and DIR/attainment.png.
 `--engine-time X` prices every iteration X times the profile's time (the served engine
@@ -52,6 +53,7 @@ ENGINES: dict[str, tuple[str, float, dict[str, Any]]] = {
     "augserve": ("augserve", 600.0, {}),
     "augserve (rule 3)": ("augserve", 600.0, {"newest_first": True}),
     "augserve-slo": ("augserve-slo", 600.0, {}),
+    "augserve-slo (no gate)": ("augserve-slo", 600.0, {"admit_growth": 0.0}),
 }
 
 
