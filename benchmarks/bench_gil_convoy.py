@@ -48,6 +48,7 @@ def burn(stop: threading.Event, busy_s: float, idle_s: float) -> None:
 def one_run(llm: Any, prompts: list[list[int]], params: Any, load: tuple[float, float] | None,
             switch_s: float) -> float:  # fmt: skip
     """Output tokens per second of one generate, with `load` beside it."""
+    before = sys.getswitchinterval()
     sys.setswitchinterval(switch_s)
     stop = threading.Event()
     worker = None
@@ -62,7 +63,7 @@ def one_run(llm: Any, prompts: list[list[int]], params: Any, load: tuple[float, 
         stop.set()
         if worker is not None:
             worker.join()
-        sys.setswitchinterval(0.005)
+        sys.setswitchinterval(before)
     return sum(len(o.outputs[0].token_ids) for o in outs) / wall
 
 
