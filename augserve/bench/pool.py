@@ -5,7 +5,8 @@ Ctrl-C nothing more starts, the workers are terminated and reaped (none is
 left running) and the KeyboardInterrupt goes on to the caller, which writes
 what finished. Workers ignore SIGINT (a terminal sends it to the whole
 process group; the parent decides) and die with their parent (Linux
-PR_SET_PDEATHSIG). `interrupt_guard` makes a second Ctrl-C exit at once.
+PR_SET_PDEATHSIG). `interrupt_guard` makes a second Ctrl-C exit at once;
+`hold_interrupt` keeps a first one out of a block that must not be cut in half.
 """
 
 from __future__ import annotations
@@ -138,6 +139,9 @@ def interrupt_guard() -> Iterator[None]:
         nonlocal presses
         presses += 1
         if presses == 1:
+            if _HELD["depth"]:
+                _HELD["pending"] = 1  # raised when the held block ends
+                return
             raise KeyboardInterrupt
         kill_workers()
         with contextlib.suppress(OSError):
@@ -150,6 +154,25 @@ def interrupt_guard() -> Iterator[None]:
     finally:
         if presses == 0:  # once interrupted, a further Ctrl-C exits at once until the
             signal.signal(signal.SIGINT, previous)  # process ends (its teardown included)
+
+
+_HELD: dict[str, int] = {"depth": 0, "pending": 0}
+
+
+@contextlib.contextmanager
+def hold_interrupt() -> Iterator[None]:
+    """Under `interrupt_guard`, a first Ctrl-C landing in this block is held and
+    raised as KeyboardInterrupt when the block ends (a second one still exits at
+    once). For work a KeyboardInterrupt would leave half done, such as an import:
+    a C extension cut off mid-import cannot always be imported again."""
+    _HELD["depth"] += 1
+    try:
+        yield
+    finally:
+        _HELD["depth"] -= 1
+    if not _HELD["depth"] and _HELD["pending"]:
+        _HELD["pending"] = 0
+        raise KeyboardInterrupt
 
 
 class _NoBar:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from augserve.bench.pool import interrupt_guard, run_points
+from augserve.bench.pool import hold_interrupt, interrupt_guard, run_points
 from augserve.bench.report import TABLE, format_table, write_sweep
 from augserve.bench.runner import (
     BenchPoint,
@@ -159,7 +159,10 @@ def run(args: argparse.Namespace) -> int:
     def finished(j: int, rows: list[Row]) -> None:
         done[todo[j]] = rows
         cache.put(points[todo[j]], rows)
-        prepare_plotting()  # while the workers compute, so that an interrupted run plots at once
+        # matplotlib is imported while the workers compute, so that an interrupted run
+        # plots at once; a Ctrl-C is held out of the import, which it would leave half done
+        with hold_interrupt():
+            prepare_plotting()
 
     with interrupt_guard():
         try:

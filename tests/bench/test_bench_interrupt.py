@@ -98,7 +98,7 @@ def test_first_ctrl_c_stops_writes_and_exits_130_then_rerun_resumes(tmp_path: Pa
     _wait_for_points(proc, out, finished + 1, timeout=60)
     _ctrl_c(proc)
     stdout, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 130
+    assert proc.returncode == 130, stderr
     assert f"reusing {finished} of 12 points" in stderr
     assert json.loads((out / "results.json").read_text())["meta"]["points_finished"] > finished
 
