@@ -178,17 +178,24 @@ def test_prefill_sized_products_use_the_dequantized_weight() -> None:
         assert ((got - want).abs().max() / want.abs().max()).item() < 3e-2
 
 
+# (heads, KV heads, head size): the AVX-512 kernel's head sizes 32 / 64 / 128 with 2, 4,
+# 7 and 8 query heads a KV head (every accumulator grouping; 7 as 4 + 2 + 1), and a size
+# only the plain-C chunk kernel takes
+SHAPES = [(8, 2, 64), (8, 4, 32), (16, 2, 128), (16, 2, 32), (14, 2, 64), (6, 3, 24)]
+
+
 @pytest.mark.parametrize("flags,needs", VARIANTS, ids=[v[0] for v in VARIANTS])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "h{}-kv{}-d{}".format(*s))
 def test_paged_decode_attention_matches_torch(
-    dtype: torch.dtype, flags: str, needs: set[str]
+    dtype: torch.dtype, flags: str, needs: set[str], shape: tuple[int, int, int]
 ) -> None:
     """Sequences of 1 to 700 tokens (chunks of one, and of several: the flash-decoding
-    merge), scattered blocks, GQA, every ISA variant: torch's gather-then-SDPA on the
-    same cache."""
+    merge; tiles of 16 tokens and their tails), scattered blocks, GQA, every ISA
+    variant: torch's gather-then-SDPA on the same cache."""
     lib = _variant(flags, needs)
     g = torch.Generator().manual_seed(0)
-    heads, kv_heads, d, bs = 8, 2, 64, 16
+    (heads, kv_heads, d), bs = shape, 16
     lens = torch.tensor([1, 17, 700, 129, 256])
     nb = int((lens.max() + bs - 1) // bs)
     perm = torch.randperm(len(lens) * nb + 3, generator=g)[: len(lens) * nb]
