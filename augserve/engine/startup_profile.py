@@ -47,7 +47,10 @@ def cache_dir() -> Path:
 def startup_grid(max_batch_tokens: int, max_context: int) -> list[profiler.BatchSpec]:
     """A dozen small batch shapes, each term of the model varied: prefills of 16-256
     tokens, one at an offset (attention), decode batches of 1, 4 and 16 at two context
-    lengths, and one mix."""
+    lengths, one mix, and two shapes at a long context (up to 1,536 tokens), where an
+    agent's turn resumes after a tool call: a chunk over it and decodes on it. Without
+    these the fit extrapolated from 512 tokens and priced q4's served iterations at
+    about half their time (docs/results-vs-vllm.md)."""
     top = min(max_batch_tokens, 256, max_context - 1)
     sizes = sorted({n for n in (16, 64, top) if 0 < n <= top})
     ctxs = [c for c in (64, 512) if c < max_context - 1]
@@ -60,6 +63,10 @@ def startup_grid(max_batch_tokens: int, max_context: int) -> list[profiler.Batch
         specs.extend(([], [c] * b) for c in ctxs)
     if ctxs and max_batch_tokens >= 64 + 4:
         specs.append(([(64, 0)], [ctxs[0]] * 4))
+    far = min(1536, max_context - top - 1)
+    if ctxs and far >= 2 * ctxs[-1]:
+        specs.append(([(top, far)], []))
+        specs.extend(([], [far] * b) for b in (4,) if b <= max_batch_tokens)
     return specs
 
 

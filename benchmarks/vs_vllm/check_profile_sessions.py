@@ -7,7 +7,11 @@ attend to 500-1,900 tokens. This times such batches on the engine the server run
 (runs/calib/llama-small, fp32, one torch thread, 128 blocks of 32) and prints measured /
 predicted for each, the median of `--repeats` runs after a warm-up.
 
-    python benchmarks/vs_vllm/check_profile_sessions.py [--repeats 5] [--out FILE]
+With `--fit` the profile is the one the server would fit at start-up on this engine now
+(`startup_profile.fit_startup_profile`, the current grid; max batch tokens 2,048 as
+the sessions runs), not a file: does the start-up fit price what the server will run?
+
+    python benchmarks/vs_vllm/check_profile_sessions.py [--repeats 5] [--fit] [--out FILE]
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ import json
 import os
 from pathlib import Path
 
+from augserve.core.config import SchedulerConfig
+from augserve.core.latency import LatencyProfile
 from augserve.engine.kv_cache import KVCacheConfig
 from augserve.engine.model_runner import ModelRunner
 from augserve.engine.profiler import BatchSpec, shape_of, time_batch
 from augserve.engine.resolve import resolve_model
 from augserve.engine.runner_config import RunnerConfig
+from augserve.engine.startup_profile import fit_startup_profile
 from augserve.engine.warmup import warm_up
 from augserve.profiles import load_profile
 
@@ -50,12 +57,17 @@ def main() -> None:
     ap.add_argument("--model", default=str(ROOT / "runs/calib/llama-small"))
     ap.add_argument("--profile", default=str(PROFILE))
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--fit", action="store_true", help="fit the start-up profile here")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    prof = load_profile(args.profile)
     kv = KVCacheConfig(32, 128, None, 0)
     runner = ModelRunner(RunnerConfig(resolve_model(args.model), "float32", "cpu", kv, 1))
     warm_up(runner)
+    if args.fit:
+        config = SchedulerConfig(max_batch_tokens=2048)
+        prof: LatencyProfile = fit_startup_profile(runner, config, "startup")
+    else:
+        prof = load_profile(args.profile)
     rows = []
     for prefills, decodes in SPECS:
         spec = (prefills, decodes)
@@ -68,7 +80,8 @@ def main() -> None:
               f"{measured * 1e3:.1f} ms, min {fastest * 1e3:.1f}, profile "
               f"{predicted * 1e3:.1f} ({measured / predicted:.2f}x)", flush=True)  # fmt: skip
     if args.out:
-        Path(args.out).write_text(json.dumps({"load": os.getloadavg(), "rows": rows}, indent=2))
+        meta = {"load": os.getloadavg(), "profile": "start-up fit" if args.fit else args.profile}
+        Path(args.out).write_text(json.dumps({**meta, "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":
