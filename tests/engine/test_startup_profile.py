@@ -51,3 +51,9 @@ def test_startup_grid_is_short_and_varies_every_term() -> None:
     assert any(p and d for p, d in specs) and any(p and p[0][1] > 0 for p, _ in specs)
     assert {len(d) for _, d in specs if d} >= {1, 4, 16}
     assert all(n + s < 2048 for p, _ in specs for n, s in p)
+    # the long contexts agent turns resume on: a chunk over one and decodes on it
+    assert max(s for p, _ in specs for _, s in p) >= 1024
+    assert max(c for _, d in specs for c in d) >= 1024
+    short = startup_grid(64, 512)  # a short model: the long shapes stay inside it
+    assert all(n + s < 512 for p, _ in short for n, s in p)
+    assert all(c < 512 for _, d in short for c in d)
