@@ -34,9 +34,9 @@ static void attend_chunk(const float *qb, const void *kc, const void *vc, int ki
     const int64_t n = t1 - t0, width = (int64_t)KVH * D;
     float *sc = (float *)malloc(sizeof(float) * (size_t)(H * n + width));
     float *row = sc + H * n;
-    rows_t kr = rows_from(tab, t0, bs, width);
+    rows_t krows = rows_from(tab, t0, bs, width);
     for (int64_t t = t0; t < t1; t++) {
-        load_row(kc, kind, rows_next(&kr), row, (int)width);
+        load_row(kc, kind, rows_next(&krows), row, (int)width);
         for (int h = 0; h < H; h++) {
             const float *qh = qb + (int64_t)h * D, *kr = row + (int64_t)(h / g) * D;
             float s = 0.0f;
@@ -57,9 +57,9 @@ static void attend_chunk(const float *qb, const void *kc, const void *vc, int ki
         l[h] = sum;
     }
     memset(acc, 0, sizeof(float) * (size_t)(H * D));
-    rows_t vr = rows_from(tab, t0, bs, width);
+    rows_t vrows = rows_from(tab, t0, bs, width);
     for (int64_t t = t0; t < t1; t++) {
-        load_row(vc, kind, rows_next(&vr), row, (int)width);
+        load_row(vc, kind, rows_next(&vrows), row, (int)width);
         for (int h = 0; h < H; h++) {
             const float p = sc[h * n + (t - t0)], *vr = row + (int64_t)(h / g) * D;
             float *ah = acc + (int64_t)h * D;
@@ -69,7 +69,6 @@ static void attend_chunk(const float *qb, const void *kc, const void *vc, int ki
     }
     free(sc);
 }
-
 
 #if defined(__AVX512F__) && !defined(AUG_ATTN_PLAIN) /* PLAIN: benchmarks time the other */
 #define AUG_ATTN16 1
@@ -128,8 +127,6 @@ static inline __attribute__((always_inline)) void scores16(
     }
 }
 
-/* acc[h] += sum_t p[h][t] v_t for the GS heads h0.. of KV head kh, accumulators in
- * registers (GS * NC of them, both constants). */
 /* Rows are fetched this many tokens ahead: a sequence's blocks are scattered, so the
  * hardware prefetchers lose the stream at every block (and 4 KB page) boundary. */
 #define PF 32
@@ -139,6 +136,8 @@ static inline void prefetch_row(const void *cache, int64_t at, int esz, int byte
     for (int o = 0; o < bytes; o += 64) _mm_prefetch(r + o, _MM_HINT_T0);
 }
 
+/* acc[h] = sum_t p[h][t] v_t for the GS heads h0.. of KV head kh, accumulators in
+ * registers (GS * NC of them, both constants). */
 static inline __attribute__((always_inline)) void weigh16(
     const void *vc, int kind, const int64_t *tab, int64_t t0, int64_t n, int bs, int KVH,
     int kh, int h0, int GS, int NC, const float *sc, int64_t n16, float *acc) {
