@@ -157,11 +157,13 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
 
     def finished(j: int, rows: list[Row]) -> None:
-        done[todo[j]] = rows
-        cache.put(points[todo[j]], rows)
-        # matplotlib is imported while the workers compute, so that an interrupted run
-        # plots at once; a Ctrl-C is held out of the import, which it would leave half done
+        # a first Ctrl-C is held out of the whole callback: a point is recorded and saved
+        # (no temporary file left behind) or not at all, and matplotlib's import (done
+        # here, while the workers compute, so that an interrupted run plots at once) is
+        # never left half done
         with hold_interrupt():
+            done[todo[j]] = rows
+            cache.put(points[todo[j]], rows)
             prepare_plotting()
 
     with interrupt_guard():

@@ -55,13 +55,19 @@ def _start(out: Path) -> subprocess.Popen[str]:
 def _wait_for_points(proc: subprocess.Popen[str], out: Path, n: int, timeout: float) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        done = len(list((out / "points").glob("*.json"))) if (out / "points").is_dir() else 0
+        done = _saved(out)
         if done >= n:
             return done
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
     proc.kill()
     pytest.fail(f"{n} points did not finish in {timeout} s")
+
+
+def _saved(out: Path) -> int:
+    """Point files saved (a save in progress has a hidden temporary name)."""
+    folder = out / "points"
+    return sum(not p.name.startswith(".") for p in folder.glob("*.json")) if folder.is_dir() else 0
 
 
 def _ctrl_c(proc: subprocess.Popen[str]) -> None:
@@ -76,14 +82,15 @@ def test_first_ctrl_c_stops_writes_and_exits_130_then_rerun_resumes(tmp_path: Pa
     proc = _start(out)
     _wait_for_points(proc, out, 2, timeout=60)
     assert len(_session_pids(proc.pid)) >= 3  # the bench and its two workers
-    at_ctrl_c = len(list((out / "points").glob("*.json")))
+    at_ctrl_c = _saved(out)
     _ctrl_c(proc)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     assert _session_pids(proc.pid) == []  # no process left behind
     assert "Traceback" not in stderr and "interrupted" in stderr
     # what finished is written: table, JSON, CSV, plot
-    finished = len(list((out / "points").glob("*.json")))
+    finished = _saved(out)
+    assert not list((out / "points").glob(".tmp-*"))  # no save left half done
     payload = json.loads((out / "results.json").read_text())
     assert payload["meta"]["complete"] is False
     assert payload["meta"]["points_finished"] == finished and 2 <= finished < 12
@@ -107,7 +114,7 @@ def test_second_ctrl_c_exits_at_once(tmp_path: Path) -> None:
     out = tmp_path / "b"
     proc = _start(out)
     _wait_for_points(proc, out, 1, timeout=60)
-    at_ctrl_c = len(list((out / "points").glob("*.json")))
+    at_ctrl_c = _saved(out)
     _ctrl_c(proc)
     time.sleep(0.05)
     _ctrl_c(proc)
@@ -117,7 +124,7 @@ def test_second_ctrl_c_exits_at_once(tmp_path: Path) -> None:
     while _session_pids(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert _session_pids(proc.pid) == []  # the workers were killed, not left running
-    assert len(list((out / "points").glob("*.json"))) <= at_ctrl_c + 2  # and stopped
+    assert _saved(out) <= at_ctrl_c + 2  # and stopped
 
 
 # --- resuming, in process: a backend that counts what it computes ------------------------
