@@ -27,6 +27,22 @@ static inline int64_t rows_next(rows_t *r) {
     return at;
 }
 
+/* Each head's scores sc[h * stride + t], t < n, become exp(score - max) in place; m[h]
+ * and l[h] get the max and the sum (the chunk's partial softmax). */
+static void softmax_rows(float *sc, int64_t stride, int64_t n, int H, float *m, float *l) {
+    for (int h = 0; h < H; h++) {
+        float *sh = sc + h * stride, mx = -INFINITY, sum = 0.0f;
+        for (int64_t t = 0; t < n; t++) mx = maxf(mx, sh[t]);
+#pragma omp simd reduction(+ : sum)
+        for (int64_t t = 0; t < n; t++) {
+            sh[t] = exp_approx(sh[t] - mx);
+            sum += sh[t];
+        }
+        m[h] = mx;
+        l[h] = sum;
+    }
+}
+
 static void attend_chunk(const float *qb, const void *kc, const void *vc, int kind,
                          const int64_t *tab, int64_t t0, int64_t t1, int H, int KVH, int D,
                          int bs, float scale, float *m, float *l, float *acc) {
@@ -45,17 +61,7 @@ static void attend_chunk(const float *qb, const void *kc, const void *vc, int ki
             sc[h * n + (t - t0)] = s * scale;
         }
     }
-    for (int h = 0; h < H; h++) {
-        float *sh = sc + h * n, mx = -INFINITY, sum = 0.0f;
-        for (int64_t t = 0; t < n; t++) mx = maxf(mx, sh[t]);
-#pragma omp simd reduction(+ : sum)
-        for (int64_t t = 0; t < n; t++) {
-            sh[t] = exp_approx(sh[t] - mx);
-            sum += sh[t];
-        }
-        m[h] = mx;
-        l[h] = sum;
-    }
+    softmax_rows(sc, n, n, H, m, l);
     memset(acc, 0, sizeof(float) * (size_t)(H * D));
     rows_t vrows = rows_from(tab, t0, bs, width);
     for (int64_t t = t0; t < t1; t++) {
@@ -214,17 +220,7 @@ static void attend_chunk16(const float *qb, const void *kc, const void *vc, int 
         else if (nc == 4) scores_4(qb, kc, kind, at, k, H, KVH, scale, part, sc, n16, s);
         else scores_8(qb, kc, kind, at, k, H, KVH, scale, part, sc, n16, s);
     }
-    for (int h = 0; h < H; h++) {
-        float *sh = sc + h * n16, mx = -INFINITY, sum = 0.0f;
-        for (int64_t t = 0; t < n; t++) mx = maxf(mx, sh[t]);
-#pragma omp simd reduction(+ : sum)
-        for (int64_t t = 0; t < n; t++) {
-            sh[t] = exp_approx(sh[t] - mx);
-            sum += sh[t];
-        }
-        m[h] = mx;
-        l[h] = sum;
-    }
+    softmax_rows(sc, n16, n, H, m, l);
     for (int kh = 0; kh < KVH; kh++) {
         for (int h0 = kh * g, gs = 0; h0 < (kh + 1) * g; h0 += gs) { /* 7 heads: 4, 2, 1 */
             const weigh_fn weigh = pick_weigh((kh + 1) * g - h0, nc, &gs);
