@@ -22,12 +22,17 @@ recorded beside each replay.
 
 - vLLM: each call ends the request; the client sleeps the call's duration and
   resubmits the whole context plus the returned tokens (prefix caching on).
-- augserve: each request is sent once with its plan (`augserve_segments`); the
+- augserve (`settings.augserve_engine`: `augserve`, its own engine; `vllm`, our
+  server over vLLM's engine): each request is sent once with its plan (`augserve_segments`); the
   call runs on the server (a scripted sleep) while the policy keeps, swaps or
   drops the request's KV. `predictors: ["online"]` (the default) runs the
   server's default predictor, which learns from the calls and segments it has
   seen and never reads the plan (rows `augserve:POLICY+online`); `oracle` reads
   the plan (each call's true duration): an upper bound, since vLLM knows nothing.
+- the plugin (`augserve_engine: vllm-plugin`): vLLM's own server with our scheduler
+  class, calls on the client as for plain vLLM; with `online` the client sends no
+  plan, only the OpenAI fields and `session_id` (rows `vllm-plugin:POLICY+online`).
+  The servers themselves: `bench_servers.py`.
 
 The SLO is absolute and read from the config (a calibration run timed vLLM's
 batch-1 decode: TTFT < `ttft_iterations` iterations, normalized latency < 10);
@@ -48,7 +53,6 @@ import datetime
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -60,7 +64,18 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from bench_parts import parse_repeats, part_file  # noqa: E402
-from bench_plugin import CPU_ENV, VLLM_PY, prefill_time  # noqa: E402
+from bench_plugin import CPU_ENV  # noqa: E402
+from bench_servers import (  # noqa: E402
+    ROW_PREFIX,
+    augserve_server,
+    augserve_vllm_server,
+    calls_on_client,
+    client_extras,
+    ensure_model,
+    measure,
+    plugin_server,
+    vllm_server,
+)
 from bench_tools_protocol import (  # noqa: E402
     apply_config,
     build_result,
@@ -72,119 +87,23 @@ from bench_tools_protocol import (  # noqa: E402
 )
 from bench_tools_report import row_for, table  # noqa: E402
 from common import cpu_flags  # noqa: E402
-from session_loop import (  # noqa: E402
-    TurnLog,
-    augserve_turn_extras,
-    plain_turn_extras,
-    replay_agents,
-)
+from session_loop import TurnLog, replay_agents  # noqa: E402
 from tool_workload import (  # noqa: E402
     ManagedServer,
     Replay,
     Scale,
     build_workload,
     decode_iteration_time,
-    free_port,
     replay,
     replay_scripted,
 )
-from tools_profile import fitted_profile, kv_bytes, swap_bandwidth, write_profile  # noqa: E402
+from tools_profile import fitted_profile, swap_bandwidth, write_profile  # noqa: E402
 
 from augserve.bench.protocol import ComparisonConfig  # noqa: E402
 from augserve.bench.report import git_commit  # noqa: E402
 from augserve.sched.policies import POLICIES as REGISTRY  # noqa: E402
 
-AUGSERVE = ROOT / ".venv" / "bin" / "augserve"
 POLICIES = tuple(REGISTRY)  # every policy augserve serve takes
-
-
-def ensure_model(path: Path, preset: str) -> Path:
-    if not (path / "config.json").is_file():
-        cmd = [str(AUGSERVE), "make-model", "--arch", "llama", "--preset", preset, "--untied",
-               "--out", str(path)]  # fmt: skip
-        subprocess.run(cmd, check=True, timeout=600)
-    return path
-
-
-def vllm_server(args: argparse.Namespace, log: Path) -> ManagedServer:
-    port = free_port()
-    argv = [
-        str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", args.model,
-        "--served-model-name", "m", "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
-        "--enable-prefix-caching", "--seed", "0", "--disable-uvicorn-access-log",
-        "--enable-prompt-tokens-details",  # usage's cached_tokens: the agent loop's reuse
-        "--block-size", str(args.block_size),
-        "--num-gpu-blocks-override", str(args.vllm_kv_tokens // args.block_size),
-        "--max-num-batched-tokens", str(args.max_batch_tokens),
-        "--max-num-seqs", str(args.max_num_seqs),
-    ]  # fmt: skip
-    env = {**os.environ, **{k: os.environ.get(k, v) for k, v in CPU_ENV.items()}}
-    env["VLLM_CPU_OMP_THREADS_BIND"] = args.vllm_omp_threads_bind  # the config's, not the shell's
-    return ManagedServer(argv, port, env, log)
-
-
-def augserve_server(
-    args: argparse.Namespace,
-    policy: str,
-    log: Path,
-    profile: Path | None,
-    slo: Any = None,
-    predictor: str = "oracle",
-) -> ManagedServer:
-    """`augserve serve` on the model; with `slo` (the benchmark's SLOConfig) the
-    scheduler is told the SLO it is judged by (`augserve-slo` triages by it)."""
-    port = free_port()
-    argv = [
-        str(AUGSERVE), "serve", "--model", args.model, "--served-model-name", "m",
-        "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-        "--max-model-len", "2048", "--device", "cpu", "--policy", policy,
-        "--block-size", str(args.block_size),
-        "--num-device-blocks", str(args.kv_tokens // args.block_size),
-        "--max-num-batched-tokens", str(args.max_batch_tokens),
-        "--max-num-seqs", str(args.max_num_seqs), "--threads", str(args.threads),
-        "--allow-scripted-tools", "--log-level", "warning", "--predictor", predictor,
-    ]  # fmt: skip
-    if args.swap_tokens:
-        argv += ["--swap-space", f"{args.swap_tokens * kv_bytes(args.model) / 2**30:.6f}"]
-    argv += ["--profile", str(profile) if profile is not None else "default"]
-    if slo is not None:
-        argv += ["--set", f"slo_ttft={slo.ttft_slo!r}"]
-        argv += ["--set", f"slo_norm_latency={slo.norm_latency_slo!r}"]
-    return ManagedServer(argv, port, dict(os.environ), log)
-
-
-def augserve_vllm_server(
-    args: argparse.Namespace, policy: str, log: Path, profile: Path, slo: Any, predictor: str
-) -> ManagedServer:
-    """`augserve serve --engine vllm` (our server over vLLM's AsyncLLM, our scheduler
-    inside) in vLLM's venv, with vLLM's settings of `vllm_server` and the same KV."""
-    port = free_port()
-    argv = [
-        str(VLLM_PY), "-m", "augserve", "serve", "--engine", "vllm", "--model", args.model,
-        "--served-model-name", "m", "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "float32", "--max-model-len", "2048", "--policy", policy,
-        "--block-size", str(args.block_size),
-        "--num-device-blocks", str(args.vllm_kv_tokens // args.block_size),
-        "--max-num-batched-tokens", str(args.max_batch_tokens),
-        "--max-num-seqs", str(args.max_num_seqs), "--allow-scripted-tools",
-        "--log-level", "warning", "--predictor", predictor, "--profile", str(profile),
-        "--vllm-args", json.dumps({"enforce_eager": True}),
-    ]  # fmt: skip
-    if slo is not None:
-        argv += ["--set", f"slo_ttft={slo.ttft_slo!r}"]
-        argv += ["--set", f"slo_norm_latency={slo.norm_latency_slo!r}"]
-    env = {**os.environ, **{k: os.environ.get(k, v) for k, v in CPU_ENV.items()}}
-    env["VLLM_CPU_OMP_THREADS_BIND"] = args.vllm_omp_threads_bind
-    env["PYTHONPATH"] = str(ROOT)  # this checkout's augserve, in vLLM's venv
-    return ManagedServer(argv, port, env, log)
-
-
-def measure(srv: ManagedServer) -> tuple[float, float]:
-    """(batch-1 decode iteration, 256-token prefill) in seconds."""
-    return asyncio.run(decode_iteration_time(srv.base_url, "m")), asyncio.run(
-        prefill_time(srv.base_url, 256)
-    )
 
 
 def run_point(
@@ -192,12 +111,13 @@ def run_point(
 ) -> tuple[Replay, TurnLog | None]:
     """One replay; with `agents`, the `openai` agent loop (calls on the client for
     every engine, augserve's KV kept as client sessions) and every turn's TTFT and
-    prefix reuse."""
+    prefix reuse. Rows whose server ends a request at each call (vLLM, the plugin)
+    are replayed with the calls on the client; the others send each request once."""
+    extras = client_extras(name, agents)
     if agents:
-        extras = plain_turn_extras if name == "vllm" else augserve_turn_extras
         return asyncio.run(replay_agents(srv.base_url, "m", workload, deadline, extras))
-    if name == "vllm":
-        return asyncio.run(replay(srv.base_url, "m", workload, deadline)), None
+    if calls_on_client(name):
+        return asyncio.run(replay(srv.base_url, "m", workload, deadline, extras)), None
     return asyncio.run(replay_scripted(srv.base_url, "m", workload, deadline)), None
 
 
@@ -329,22 +249,25 @@ def _augserve_servers(
     return a_iter, a_prefill
 
 
-def _augserve_vllm_servers(
+def _vllm_side_servers(
     args: argparse.Namespace, out: Path, slo: Any, servers: list[ManagedServer],
     named: dict[str, ManagedServer], times: tuple[float, float],
 ) -> None:  # fmt: skip
-    """One `augserve serve --engine vllm` per policy and predictor into `named`, its
-    scheduler priced with vLLM's measured decode and prefill times."""
+    """Our scheduler on vLLM's engine, one server per policy and predictor into `named`:
+    `augserve serve --engine vllm` (rows `augserve-vllm:...`) or vLLM's server with our
+    scheduler class (rows `vllm-plugin:...`), priced with vLLM's measured decode and
+    prefill times."""
     if args.swap_bandwidth is None:
         args.swap_bandwidth = 1e9  # unused: no host pool, vLLM swaps nothing per request
     prof = write_profile(args, times[0], times[1], out.with_name("profile-vllm.json"))
     told = slo if args.server_slo == "bench" else None
+    build = plugin_server if args.augserve_engine == "vllm-plugin" else augserve_vllm_server
+    prefix = ROW_PREFIX[args.augserve_engine]
     for pol in args.policies:
         for pred in args.predictors:
             tag = f"{pol}+{pred}"
-            log = out.with_name(f"server-augserve-vllm-{tag}.log")
-            srv = augserve_vllm_server(args, pol, log, prof, told, pred)
-            named[f"augserve-vllm:{tag}"] = start(srv, servers)
+            srv = build(args, pol, out.with_name(f"server-{prefix}-{tag}.log"), prof, told, pred)
+            named[f"{prefix}:{tag}"] = start(srv, servers)
 
 
 def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> dict[str, Any]:
@@ -357,9 +280,9 @@ def bench(args: argparse.Namespace, out: Path, servers: list[ManagedServer]) -> 
     print(f"vLLM: decode {v_iter * 1e3:.1f} ms, 256-token prefill {v_prefill * 1e3:.0f} ms; "
           f"SLO from the config: {cfg.slo.source}", flush=True)  # fmt: skip
     named: dict[str, ManagedServer] = {"vllm": vllm}
-    if args.augserve_engine == "vllm":  # the same engine: priced with vLLM's own times
+    if args.augserve_engine != "augserve":  # vLLM's engine: priced with vLLM's own times
         a_iter, a_prefill = v_iter, v_prefill
-        _augserve_vllm_servers(args, out, slo, servers, named, (v_iter, v_prefill))
+        _vllm_side_servers(args, out, slo, servers, named, (v_iter, v_prefill))
     else:
         a_iter, a_prefill = _augserve_servers(args, out, slo, servers, named)
     vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]

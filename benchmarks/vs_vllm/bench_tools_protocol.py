@@ -27,11 +27,13 @@ SETTINGS: dict[str, Any] = {
     "max_batch_tokens": 2048, "max_num_seqs": 128, "threads": 1, "ttft_iterations": 40.0,
     "profile": "fitted", "server_slo": "bench", "preset": "small",
     "vllm_omp_threads_bind": "0",  # vLLM's OpenMP threads: one, as augserve's --threads 1
-    # augserve's engine: its own, or vLLM's AsyncLLM with our scheduler inside
-    # (`augserve serve --engine vllm`, docs/vllm-plugin.md; rows `augserve-vllm:...`)
+    # augserve's side: its own engine; `vllm`, our server over vLLM's AsyncLLM with our
+    # scheduler inside (`augserve serve --engine vllm`, rows `augserve-vllm:...`); or
+    # `vllm-plugin`, vLLM's server with our scheduler class (rows `vllm-plugin:...`)
     "augserve_engine": "augserve",
 }  # fmt: skip
 BASELINE = "vllm"
+ENGINES = ("augserve", "vllm", "vllm-plugin")  # bench_servers.py builds each
 
 
 def apply_config(args: argparse.Namespace, cfg: protocol.ComparisonConfig) -> None:
@@ -42,6 +44,9 @@ def apply_config(args: argparse.Namespace, cfg: protocol.ComparisonConfig) -> No
         raise ValueError(f"config settings: unknown key(s) {', '.join(unknown)}")
     for key, default in SETTINGS.items():
         setattr(args, key, cfg.settings.get(key, default))
+    if args.augserve_engine not in ENGINES:
+        raise ValueError(f"config settings.augserve_engine must be one of "
+                         f"{', '.join(ENGINES)}, got {args.augserve_engine!r}")  # fmt: skip
     args.workload, args.rates = cfg.workload, list(cfg.rates)
     args.time_scale, args.length_scale = cfg.time_scale, cfg.length_scale
     args.duration, args.drain = cfg.duration_s, cfg.drain_s
