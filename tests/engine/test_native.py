@@ -91,20 +91,22 @@ def _compact(qt: QTensor) -> QTensor:
 @pytest.mark.parametrize("flags,needs", VARIANTS, ids=[v[0] for v in VARIANTS])
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("compact", [False, True], ids=["f32-offsets", "f16-implied"])
+@pytest.mark.parametrize("grouped", [False, True], ids=["rows", "groups16"])
 def test_integer_products_equal_the_reference_on_the_same_int8_activations(
-    flags: str, needs: set[str], bits: int, compact: bool
+    flags: str, needs: set[str], bits: int, compact: bool, grouped: bool
 ) -> None:
-    """Every row count (tiles of 8, 4, 1), an odd number of blocks (the 256-bit tail of
-    the AVX-512 kernel), every row format (float32 scales with offsets; float16 scales,
-    offsets implied): float32 rounding only (<1e-5)."""
+    """Every row count (tiles of 8, 4, 2, 1), an odd number of blocks (the 256-bit tail
+    of the AVX-512 row kernel), every format (float32 scales with offsets; float16
+    scales, offsets implied), rows and groups of 16: float32 rounding only (<1e-5)."""
     lib = _variant(flags, needs)
-    for n, k in [(70, 96), (33, 576)]:
+    for n, k in [(80, 96), (48, 576)] if grouped else [(70, 96), (33, 576)]:
         qt = _qtensor(bits, n, k, seed=n + bits, zero=bits == 4)
         qt = _compact(qt) if compact else qt
-        w = nq.pack(qt)
+        w = nq.pack(qt, grouped=grouped)
         assert w.fmt & nq.FMT_F16 == (nq.FMT_F16 if compact else 0)
         assert bool(w.fmt & nq.FMT_M) == (bits == 4 and not compact)
-        for m in (1, 3, 4, 8, 13, 17):
+        assert w.grouped == grouped
+        for m in (1, 2, 3, 4, 8, 13, 17):
             x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
             want = emulated_int8(x) @ qt.dequantize().double().T
             err = ((_gemm(lib, x, w).double() - want).abs().max() / want.abs().max()).item()
@@ -112,24 +114,49 @@ def test_integer_products_equal_the_reference_on_the_same_int8_activations(
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_packing_keeps_the_weight(bits: int) -> None:
+@pytest.mark.parametrize("grouped", [False, True], ids=["rows", "groups16"])
+def test_packing_keeps_the_weight(bits: int, grouped: bool) -> None:
     """The block form dequantizes to the QTensor's weight (float32 rounding of d q + m),
-    and to bf16 as torch rounds it; per-channel int8 (one group of K) packs exactly."""
-    qt = _qtensor(bits, 40, 128, seed=1)
-    w = nq.pack(qt)
-    assert w.kind == bits and w.nbytes == 40 * 4 * (24 if bits == 4 else 40)
+    and to bf16 as torch rounds it, in rows and in groups of 16 (the same bytes, moved);
+    per-channel int8 (one group of K) packs exactly."""
+    qt = _qtensor(bits, 48, 128, seed=1)
+    w = nq.pack(qt, grouped=grouped)
+    assert w.kind == bits and w.nbytes == 48 * 4 * (24 if bits == 4 else 40)
+    assert w.grouped == grouped
+    rows = nq.pack(qt, grouped=False).data
+    assert torch.equal(w.data.flatten().sort().values, rows.flatten().sort().values)
     torch.testing.assert_close(nq.dequantize(w), qt.dequantize(), rtol=0, atol=1e-6)
     torch.testing.assert_close(
         nq.dequantize(w, torch.bfloat16), nq.dequantize(w).to(torch.bfloat16), rtol=0, atol=0
     )
     if bits == 8:  # one scale a row (requantized GGUF types): each block repeats it;
         # stored as (q + 128) d + (m - 128 d), so float32 rounds at the scale of 256 d
-        pc = QTensor(qt.q, torch.rand(40, 1) + 0.1, None, 128, 8)
+        pc = QTensor(qt.q, torch.rand(48, 1) + 0.1, None, 128, 8)
         err = (nq.dequantize(nq.pack(pc)) - pc.dequantize()).abs() / pc.scale
         assert err.max().item() < 256 * 2**-22
     assert not nq.packable(QTensor(qt.q[:, :100], qt.scale[:, :1], None, 100, bits))
     with pytest.raises(ValueError, match="no native form"):
         nq.pack(QTensor(torch.zeros(4, 64), None, None, 0, 16))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        nq.pack(_qtensor(bits, 40, 128, seed=1), grouped=True)
+    assert not nq.pack(_qtensor(bits, 40, 128, seed=1)).grouped  # the default: rows
+
+
+@pytest.mark.parametrize("flags,needs", VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_grouped_weights_dequantize_alike_on_every_build(flags: str, needs: set[str]) -> None:
+    """The AVX-512 transposes and the plain C reading of the group layout agree with the
+    row layout's dequantization, bit for bit (float32 and bf16), every format."""
+    lib = _variant(flags, needs)
+    for bits, zero, k in [(4, True, 96), (8, False, 64), (8, True, 160)]:
+        qt = _qtensor(bits, 32, k, seed=bits + k, zero=zero)
+        for compact in (False, True):
+            q = _compact(qt) if compact else qt
+            rows, groups = nq.pack(q, grouped=False), nq.pack(q, grouped=True)
+            for kind, dtype in ((0, torch.float32), (1, torch.bfloat16)):
+                a, b = torch.empty(32, k, dtype=dtype), torch.empty(32, k, dtype=dtype)
+                lib.aug_dequant(rows.data.data_ptr(), rows.fmt, 32, k, a.data_ptr(), kind, 2)
+                lib.aug_dequant(groups.data.data_ptr(), groups.fmt, 32, k, b.data_ptr(), kind, 2)
+                assert torch.equal(a, b), (flags, bits, zero, compact, dtype)
 
 
 GGUF_TYPES = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0]

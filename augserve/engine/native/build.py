@@ -35,10 +35,10 @@ from augserve.engine.ops import env_switch
 log = logging.getLogger("augserve.native")
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("gemm.c", "attention.c", "decode.c")  # one library; native.h is shared
+SOURCES = ("gemm.c", "gemm16.c", "attention.c", "decode.c")  # one library; native.h is shared
 HEADERS = ("native.h",)
 FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=off")
-ABI_VERSION = 9  # gemm.c's aug_abi_version(); a mismatch means a stale build
+ABI_VERSION = 10  # gemm.c's aug_abi_version(); a mismatch means a stale build
 
 
 class NativeUnavailable(RuntimeError):

@@ -1,7 +1,7 @@
 /* Quantized weight rows times int8-quantized activations (native.h: the formats). */
 #include "native.h"
 
-int aug_abi_version(void) { return 9; }
+int aug_abi_version(void) { return 10; }
 
 const char *aug_isa(void) {
 #if defined(VEC512)
@@ -39,6 +39,7 @@ void aug_quantize_rows(const float *x, int64_t M, int64_t K, int64_t ldx, void *
             const int64_t i = r * nb + b;
             a.d[i] = d;
             a.s[i] = d * (float)sum;
+            a.isum[i] = sum;
             for (int j = 0; j < 8; j++) {
                 a.d8[i * 8 + j] = d;
                 a.z8[i * 8 + j] = a.s[i] * 0.125f;
@@ -224,6 +225,10 @@ static inline __attribute__((always_inline)) void gemm_rows(
 
 void aug_gemm(const void *w, int fmt, const void *x, float *y, int64_t M, int64_t N,
               int64_t K, int64_t ldy, const float *bias, int nt) {
+    if (fmt & FMT_G16) {
+        aug_gemm16(w, fmt, x, y, M, N, K, ldy, bias, nt);
+        return;
+    }
     const acts a = acts_at((void *)x, M, K);
 #pragma omp parallel num_threads(nt) if (N * M * (K / QK) > 4096)
     {
@@ -268,6 +273,10 @@ static inline void block_f32(wrow_t wr, int fmt, int64_t b, float *row) {
 /* The weight [N, K] as float32 (out_kind 0) or bf16 (out_kind 1), for prefill-sized
  * products. */
 void aug_dequant(const void *w, int fmt, int64_t N, int64_t K, void *out, int out_kind, int nt) {
+    if (fmt & FMT_G16) {
+        aug_dequant16(w, fmt, N, K, out, out_kind, nt);
+        return;
+    }
     const int64_t nb = K / QK, row_bytes = nb * block_bytes(fmt);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t n = 0; n < N; n++) {

@@ -17,9 +17,14 @@
  *     m = m' - 128 d); without offsets m = -128 d (GGUF's Q8_0).
  * `fmt` bits: FMT_Q8 (else q4), FMT_F16 (float16 scales, else float32), FMT_M (offsets
  * stored). Q4_0 is then 18 bytes a block as in the file, Q4_1 20, Q8_0 34.
+ * FMT_G16: the same bytes with rows grouped by 16 (N a multiple of 16; gemm16.c): group g
+ * (rows 16g .. 16g + 15, 16 rows' bytes) holds d[nb][16], then m[nb][16] if stored, then
+ * block by block the quants, 16 rows x 4 bytes at a time: q4, for p < 4, each row's bytes
+ * 4p .. 4p + 3 of its block (low nibbles: weights 4p .. 4p + 3, high: 16 + 4p ..); q8,
+ * for u < 8, each row's weights 4u .. 4u + 3.
  * Activations, M rows (acts_bytes): int8 q[M][K]; float d[M][nb], s[M][nb], d8[M][nb][8]
- * and z8[M][nb][8]: x ~ d q per block, |q| <= 127, s = d sum(q); d8 holds d and z8
- * s / 8 once per lane of a block's 8-lane dot product. A block's product is then
+ * and z8[M][nb][8]; int32 isum[M][nb]: x ~ d q per block, |q| <= 127, isum = sum(q),
+ * s = d isum; d8 holds d and z8 s / 8 once per lane of a block's 8-lane dot product. A block's product is then
  * d_x (d_w sum(q_w q_x) + m_w sum(q_x)) = d_w d_x dot + m_w s_x, summed over the lanes
  * as sum_lanes (d_w d8 dot_lane + m_w z8).
  */
@@ -88,9 +93,9 @@ static inline float exp_approx(float x) {
 }
 
 /* ---- activations ------------------------------------------------------------------ */
-typedef struct { int8_t *q; float *d, *s, *d8, *z8; } acts;
+typedef struct { int8_t *q; float *d, *s, *d8, *z8; int32_t *isum; } acts;
 
-static inline int64_t acts_bytes(int64_t M, int64_t K) { return M * K + M * (K / QK) * 4 * 18; }
+static inline int64_t acts_bytes(int64_t M, int64_t K) { return M * K + M * (K / QK) * 4 * 19; }
 
 static inline acts acts_at(void *base, int64_t M, int64_t K) {
     const int64_t nb = K / QK;
@@ -100,11 +105,12 @@ static inline acts acts_at(void *base, int64_t M, int64_t K) {
     a.s = a.d + M * nb;
     a.d8 = a.s + M * nb;
     a.z8 = a.d8 + M * nb * 8;
+    a.isum = (int32_t *)(a.z8 + M * nb * 8);
     return a;
 }
 
 /* ---- weight formats ---------------------------------------------------------------- */
-enum { FMT_Q8 = 1, FMT_F16 = 2, FMT_M = 4 };
+enum { FMT_Q8 = 1, FMT_F16 = 2, FMT_M = 4, FMT_G16 = 8 };
 
 static inline float half_to_f32(uint16_t h) {
 #if defined(__F16C__)
@@ -160,6 +166,34 @@ static inline float offset_at(wrow_t w, int fmt, int64_t b) {
     return scale_at(w.d, fmt, b) * (fmt & FMT_Q8 ? -128.0f : -8.0f);
 }
 
+/* ---- rows grouped by 16 (FMT_G16) ------------------------------------------------ */
+typedef struct { const uint8_t *d, *m, *q; } wgroup_t;
+
+static inline wgroup_t wgroup_at(const uint8_t *g, int fmt, int64_t nb) {
+    const int64_t sb = fmt & FMT_F16 ? 2 : 4;
+    wgroup_t w;
+    w.d = g;
+    w.m = fmt & FMT_M ? g + 16 * sb * nb : NULL;
+    w.q = g + 16 * sb * nb * (fmt & FMT_M ? 2 : 1);
+    return w;
+}
+
+/* Row i's quant j (0..31) of block b. */
+static inline int g16_quant(wgroup_t w, int fmt, int64_t b, int i, int j) {
+    if (fmt & FMT_Q8) return w.q[b * 512 + (j >> 2) * 64 + i * 4 + (j & 3)];
+    const uint8_t byte = w.q[b * 256 + ((j & 15) >> 2) * 64 + i * 4 + (j & 3)];
+    return j < 16 ? byte & 15 : byte >> 4;
+}
+
+static inline float g16_scale(wgroup_t w, int fmt, int64_t b, int i) {
+    return scale_at(w.d, fmt, b * 16 + i);
+}
+
+static inline float g16_offset(wgroup_t w, int fmt, int64_t b, int i) {
+    if (fmt & FMT_M) return scale_at(w.m, fmt, b * 16 + i);
+    return g16_scale(w, fmt, b, i) * (fmt & FMT_Q8 ? -128.0f : -8.0f);
+}
+
 static inline void store_row(void *cache, int kind, int64_t at, const float *src, int D) {
     if (kind == 0) {
         memcpy((float *)cache + at, src, (size_t)D * 4);
@@ -189,6 +223,10 @@ static inline int64_t row_at(const int64_t *tab, int64_t t, int bs, int KVH, int
 void aug_quantize_rows(const float *x, int64_t M, int64_t K, int64_t ldx, void *out);
 void aug_gemm(const void *w, int fmt, const void *x, float *y, int64_t M, int64_t N,
               int64_t K, int64_t ldy, const float *bias, int nt);
+void aug_gemm16(const void *w, int fmt, const void *x, float *y, int64_t M, int64_t N,
+                int64_t K, int64_t ldy, const float *bias, int nt);
+void aug_dequant16(const void *w, int fmt, int64_t N, int64_t K, void *out, int out_kind,
+                   int nt);
 void aug_rmsnorm(const float *x, const float *w, float *y, int64_t M, int64_t D, float eps);
 void aug_attn_decode(const float *q, const void *kc, const void *vc, int kind,
                      const int64_t *tables, int64_t tstride, const int64_t *lens, float *out,

@@ -11,6 +11,11 @@ symmetric int4 weight, -128 d for int8): Q4_0 is then 18 bytes a block as in the
 Q4_1 20, Q8_0 34; batch-1 decode reads these bytes once a token. `matmul` quantizes the
 activations to int8 per 32 (as llama.cpp does for its integer dot products) and runs the
 kernel on `torch.get_num_threads()` threads.
+
+Where the kernels are built for AVX-512 VNNI and N is a multiple of 16, `pack` groups the
+rows by 16 (`FMT_G16`, gemm16.c: the same bytes, laid out so that one instruction works
+on 16 rows): the products of a batched decode step are then bound by the weight bytes,
+not by per-output arithmetic. Other builds keep the row layout (they read both).
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from dataclasses import dataclass
 
 import torch
 
-from augserve.engine.native.build import load
+from augserve.engine.native.build import NativeUnavailable, isa, load
 from augserve.engine.qtensor import INT4_OFFSET, QTensor
 
 QK = 32
-FMT_Q8, FMT_F16, FMT_M = 1, 2, 4  # native.h's format bits
+FMT_Q8, FMT_F16, FMT_M, FMT_G16 = 1, 2, 4, 8  # native.h's format bits
+GROUP = 16  # rows of a FMT_G16 group
 
 
 def packable(qt: QTensor) -> bool:
@@ -44,8 +50,10 @@ class NativeMatrix:
     k: int
 
     def __post_init__(self) -> None:
-        if not 0 <= self.fmt < 8:
-            raise ValueError(f"fmt must be 0..7 (FMT_* bits), got {self.fmt}")
+        if not 0 <= self.fmt < 16:
+            raise ValueError(f"fmt must be 0..15 (FMT_* bits), got {self.fmt}")
+        if self.fmt & FMT_G16 and self.n % GROUP:
+            raise ValueError(f"n must be a multiple of {GROUP} with FMT_G16, got {self.n}")
         if tuple(self.data.shape) != (self.n, self.k // QK * block_bytes(self.fmt)):
             shape = tuple(self.data.shape)
             raise ValueError(f"data shape {shape} does not hold [{self.n}, {self.k}]")
@@ -58,6 +66,11 @@ class NativeMatrix:
     @property
     def nbytes(self) -> int:
         return self.data.numel()
+
+    @property
+    def grouped(self) -> bool:
+        """Rows grouped by 16 (FMT_G16)."""
+        return bool(self.fmt & FMT_G16)
 
 
 def block_bytes(fmt: int) -> int:
@@ -78,8 +91,20 @@ def _per_block(t: torch.Tensor | None, n: int, group: int, nb: int) -> torch.Ten
     return t.float().repeat_interleave(group // QK, dim=1).reshape(n, nb)
 
 
-def pack(qt: QTensor) -> NativeMatrix:
-    """`qt` in block form (see the module doc); ValueError if not `packable`."""
+def grouped_by_default(n: int) -> bool:
+    """Whether `pack` groups an `n`-row weight by 16: where the kernels are built for
+    AVX-512 VNNI (`aug_isa`), the only build whose grouped product is the faster one."""
+    if n % GROUP:
+        return False
+    try:
+        return isa() == "avx512-vnni"
+    except NativeUnavailable:  # no kernels: the row layout, which nothing reads
+        return False
+
+
+def pack(qt: QTensor, grouped: bool | None = None) -> NativeMatrix:
+    """`qt` in block form (see the module doc); ValueError if not `packable`, or if
+    `grouped` and N is not a multiple of 16. `grouped` None: `grouped_by_default`."""
     if not packable(qt):
         raise ValueError(f"no native form for bits={qt.bits}, group={qt.group}, K={qt.shape[1]}")
     assert qt.scale is not None
@@ -102,9 +127,30 @@ def pack(qt: QTensor) -> NativeMatrix:
     if all(_exact_f16(t) for t in parts):
         fmt |= FMT_F16
         parts = [t.half() for t in parts]
+    if grouped is None:
+        grouped = grouped_by_default(n)
+    if grouped:
+        if n % GROUP:
+            raise ValueError(f"grouped packing needs N a multiple of {GROUP}, got {n}")
+        return NativeMatrix(_grouped(parts, body, n, nb), fmt | FMT_G16, n, k)
     scales = [t.contiguous().view(torch.uint8) for t in parts]
     data = torch.cat([*scales, body.reshape(n, -1)], dim=1).contiguous()
     return NativeMatrix(data, fmt, n, k)
+
+
+def _grouped(parts: list[torch.Tensor], body: torch.Tensor, n: int, nb: int) -> torch.Tensor:
+    """native.h's FMT_G16 layout: per group of 16 rows, the scales (and offsets) block by
+    block, then the quants 16 rows x 4 bytes at a time; [n, row bytes] uint8."""
+    g = n // GROUP
+    # [n, nb] scales -> [g, nb, 16] (each as its bytes)
+    scales = [
+        t.contiguous().reshape(g, GROUP, nb).transpose(1, 2).contiguous().view(torch.uint8)
+        for t in parts
+    ]
+    words = body.reshape(g, GROUP, nb, -1, 4)  # q4: 4 words of 4 bytes a block; q8: 8
+    quants = words.permute(0, 2, 3, 1, 4).contiguous()  # [g, nb, word, 16 rows, 4]
+    out = torch.cat([*(s.reshape(g, -1) for s in scales), quants.reshape(g, -1)], dim=1)
+    return out.reshape(n, -1).contiguous()
 
 
 def _lib() -> ctypes.CDLL:

@@ -1,0 +1,209 @@
+/* Weights grouped by 16 rows (FMT_G16, native.h) times int8-quantized activations, and
+ * their dequantization.
+ *
+ * The row layout (gemm.c) puts a block's 32 weights across the lanes of one register,
+ * so every (weight row, activation row, block) ends in its own scaling and every output
+ * in a horizontal sum: at 8 activation rows that arithmetic, not the weight bytes, bounds
+ * a decode step. Here a register's 16 lanes are 16 weight rows: each dot-product
+ * instruction multiplies four weights of each of 16 rows by the same four activations
+ * (broadcast), a block's scaling is one multiply-add for 16 outputs, and the 16 outputs
+ * of an activation row are stored as they are. The quants of a block are laid out so that
+ * one 64-byte load is a register of 16 rows x 4 weights (q8), or two after splitting the
+ * nibbles (q4). */
+#include "native.h"
+
+#if defined(VEC512)
+/* The 16 rows' scales (or offsets) of block b, as floats. */
+static inline __m512 scales16(const uint8_t *p, int fmt, int64_t b) {
+    if (fmt & FMT_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32 * b)));
+    return _mm512_loadu_ps((const float *)(p + 64 * b));
+}
+
+/* y[r0 + r, n0 .. n0 + 16) for r < TM: group `w` against activation rows r0 .. r0 + TM. */
+static inline __attribute__((always_inline)) void tile16(
+    const int fmt, const int TM, wgroup_t w, int64_t nb, acts a, int64_t r0, int64_t K,
+    float *y, int64_t ldy, const float *bias) {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    const int32_t off = fmt & FMT_Q8 ? 128 : 8; /* the implied offset, in quant units */
+    __m512 acc[8];
+    for (int r = 0; r < TM; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i dot[8];
+        const int32_t *xq[8]; /* each row's 8 quads of block b */
+        for (int r = 0; r < TM; r++) {
+            const int64_t i = (r0 + r) * nb + b;
+            xq[r] = (const int32_t *)(a.q + (r0 + r) * K + b * QK);
+            dot[r] = fmt & FMT_M ? _mm512_setzero_si512() : _mm512_set1_epi32(-off * a.isum[i]);
+        }
+        if (fmt & FMT_Q8) {
+            const uint8_t *q = w.q + b * 512;
+            for (int u = 0; u < 8; u++) {
+                const __m512i wv = _mm512_loadu_si512(q + 64 * u);
+                for (int r = 0; r < TM; r++)
+                    dot[r] = _mm512_dpbusd_epi32(dot[r], wv, _mm512_set1_epi32(xq[r][u]));
+            }
+        } else {
+            const uint8_t *q = w.q + b * 256;
+            for (int p = 0; p < 4; p++) {
+                const __m512i v = _mm512_loadu_si512(q + 64 * p);
+                const __m512i lo = _mm512_and_si512(v, low);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                for (int r = 0; r < TM; r++) {
+                    dot[r] = _mm512_dpbusd_epi32(dot[r], lo, _mm512_set1_epi32(xq[r][p]));
+                    dot[r] = _mm512_dpbusd_epi32(dot[r], hi, _mm512_set1_epi32(xq[r][p + 4]));
+                }
+            }
+        }
+        const __m512 dw = scales16(w.d, fmt, b);
+        for (int r = 0; r < TM; r++) {
+            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[(r0 + r) * nb + b]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), sc, acc[r]);
+        }
+        if (fmt & FMT_M) {
+            const __m512 mw = scales16(w.m, fmt, b);
+            for (int r = 0; r < TM; r++)
+                acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s[(r0 + r) * nb + b]), acc[r]);
+        }
+    }
+    const __m512 bv = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    for (int r = 0; r < TM; r++) _mm512_storeu_ps(y + (r0 + r) * ldy, _mm512_add_ps(acc[r], bv));
+}
+#else
+/* Plain C: the same sums, one output at a time (builds without AVX-512 VNNI). */
+static inline void tile16(const int fmt, const int TM, wgroup_t w, int64_t nb, acts a,
+                          int64_t r0, int64_t K, float *y, int64_t ldy, const float *bias) {
+    for (int r = 0; r < TM; r++) {
+        const int64_t row = r0 + r;
+        for (int i = 0; i < 16; i++) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const int8_t *x = a.q + row * K + b * QK;
+                int dot = 0;
+                for (int j = 0; j < QK; j++) dot += g16_quant(w, fmt, b, i, j) * x[j];
+                acc += g16_scale(w, fmt, b, i) * a.d[row * nb + b] * (float)dot +
+                       g16_offset(w, fmt, b, i) * a.s[row * nb + b];
+            }
+            y[row * ldy + i] = acc + (bias ? bias[i] : 0.0f);
+        }
+    }
+}
+#endif
+
+static inline __attribute__((always_inline)) void gemm_groups(
+    const int fmt, const uint8_t *w, acts a, float *y, int64_t M, int64_t g0, int64_t g1,
+    int64_t K, int64_t ldy, const float *bias) {
+    const int64_t nb = K / QK, group_bytes = 16 * nb * block_bytes(fmt);
+    for (int64_t g = g0; g < g1; g++) {
+        const wgroup_t wg = wgroup_at(w + g * group_bytes, fmt, nb);
+        float *yg = y + 16 * g;
+        const float *bg = bias ? bias + 16 * g : NULL;
+        int64_t r = 0;
+        for (; r + 8 <= M; r += 8) tile16(fmt, 8, wg, nb, a, r, K, yg, ldy, bg);
+        for (; r + 4 <= M; r += 4) tile16(fmt, 4, wg, nb, a, r, K, yg, ldy, bg);
+        for (; r + 2 <= M; r += 2) tile16(fmt, 2, wg, nb, a, r, K, yg, ldy, bg);
+        for (; r < M; r++) tile16(fmt, 1, wg, nb, a, r, K, yg, ldy, bg);
+    }
+}
+
+#define GEMM16_CASE(F) \
+    case F: gemm_groups(F, (const uint8_t *)w, a, y, M, g0, g1, K, ldy, bias); break;
+
+/* aug_gemm for FMT_G16 weights (N a multiple of 16): each thread takes a range of groups. */
+void aug_gemm16(const void *w, int fmt, const void *x, float *y, int64_t M, int64_t N,
+                int64_t K, int64_t ldy, const float *bias, int nt) {
+    const acts a = acts_at((void *)x, M, K);
+    const int64_t G = N / 16;
+#pragma omp parallel num_threads(nt) if (N * M * (K / QK) > 4096)
+    {
+        const int64_t tid = omp_get_thread_num(), T = omp_get_num_threads();
+        const int64_t g0 = G * tid / T, g1 = G * (tid + 1) / T;
+        switch (fmt & 7) {
+            GEMM16_CASE(0) GEMM16_CASE(1) GEMM16_CASE(2) GEMM16_CASE(3)
+            GEMM16_CASE(4) GEMM16_CASE(5) GEMM16_CASE(6) GEMM16_CASE(7)
+        }
+    }
+}
+
+#if defined(VEC512)
+/* Four registers of 16 words (word i: row i) -> t[k] holding, in its 128-bit lane c,
+ * row 4c + k's words from s[0..3] in order. */
+static inline void transpose4(const __m512i s[4], __m512i t[4]) {
+    const __m512i a0 = _mm512_unpacklo_epi32(s[0], s[1]);
+    const __m512i a1 = _mm512_unpackhi_epi32(s[0], s[1]);
+    const __m512i a2 = _mm512_unpacklo_epi32(s[2], s[3]);
+    const __m512i a3 = _mm512_unpackhi_epi32(s[2], s[3]);
+    t[0] = _mm512_unpacklo_epi64(a0, a2);
+    t[1] = _mm512_unpackhi_epi64(a0, a2);
+    t[2] = _mm512_unpacklo_epi64(a1, a3);
+    t[3] = _mm512_unpackhi_epi64(a1, a3);
+}
+#endif
+
+/* Block b of group w's 16 rows as floats: out[i ld + j] = d q + m. */
+static void g16_block_f32(wgroup_t w, int fmt, int64_t b, float *out, int64_t ld) {
+#if defined(VEC512)
+    /* v[0..3]: each row's words of weights 0-15 (q4: the low nibbles of its 4 words;
+     * q8: quads 0-3), v[4..7]: of weights 16-31 (the high nibbles; quads 4-7) */
+    __m512i v[8];
+    if (fmt & FMT_Q8) {
+        for (int u = 0; u < 8; u++) v[u] = _mm512_loadu_si512(w.q + b * 512 + 64 * u);
+    } else {
+        const __m512i low = _mm512_set1_epi8(0x0f);
+        for (int p = 0; p < 4; p++) {
+            const __m512i raw = _mm512_loadu_si512(w.q + b * 256 + 64 * p);
+            v[p] = _mm512_and_si512(raw, low);
+            v[p + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+        }
+    }
+    const __m512 dv = scales16(w.d, fmt, b);
+    const float implied = fmt & FMT_Q8 ? -128.0f : -8.0f;
+    const __m512 mv =
+        fmt & FMT_M ? scales16(w.m, fmt, b) : _mm512_mul_ps(dv, _mm512_set1_ps(implied));
+    float ds[16], ms[16];
+    _mm512_storeu_ps(ds, dv);
+    _mm512_storeu_ps(ms, mv);
+    for (int half = 0; half < 2; half++) {
+        __m512i t[4];
+        transpose4(v + 4 * half, t);
+        for (int k = 0; k < 4; k++) {
+            const __m128i lanes[4] = {
+                _mm512_extracti32x4_epi32(t[k], 0), _mm512_extracti32x4_epi32(t[k], 1),
+                _mm512_extracti32x4_epi32(t[k], 2), _mm512_extracti32x4_epi32(t[k], 3)};
+            for (int c = 0; c < 4; c++) {
+                const int i = 4 * c + k;
+                const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lanes[c]));
+                const __m512 y = _mm512_fmadd_ps(f, _mm512_set1_ps(ds[i]), _mm512_set1_ps(ms[i]));
+                _mm512_storeu_ps(out + i * ld + 16 * half, y);
+            }
+        }
+    }
+#else
+    for (int i = 0; i < 16; i++) {
+        const float d = g16_scale(w, fmt, b, i), m = g16_offset(w, fmt, b, i);
+        for (int j = 0; j < QK; j++) out[i * ld + j] = d * (float)g16_quant(w, fmt, b, i, j) + m;
+    }
+#endif
+}
+
+/* aug_dequant for FMT_G16 weights: [N, K] float32 (out_kind 0) or bf16 (1). */
+void aug_dequant16(const void *w, int fmt, int64_t N, int64_t K, void *out, int out_kind,
+                   int nt) {
+    const int64_t nb = K / QK, group_bytes = 16 * nb * block_bytes(fmt);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t g = 0; g < N / 16; g++) {
+        const wgroup_t wg = wgroup_at((const uint8_t *)w + g * group_bytes, fmt, nb);
+        float rows[16][QK];
+        for (int64_t b = 0; b < nb; b++) {
+            if (out_kind == 0) {
+                g16_block_f32(wg, fmt, b, (float *)out + 16 * g * K + b * QK, K);
+                continue;
+            }
+            g16_block_f32(wg, fmt, b, rows[0], QK);
+            for (int i = 0; i < 16; i++) {
+                uint16_t *dst = (uint16_t *)out + (16 * g + i) * K + b * QK;
+#pragma omp simd
+                for (int j = 0; j < QK; j++) dst[j] = f32_to_bf16(rows[i][j]);
+            }
+        }
+    }
+}
