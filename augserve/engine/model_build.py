@@ -27,7 +27,10 @@ def build_model(
         model = cls(hf).to(dtype)
         if quantize:
             model.quantize(dtype)
-    model = model.to_empty(device=device)
+    # `to_empty` would call torch.empty_like on each meta tensor, which runs torch's Python
+    # references and imports sympy (~35 MB resident); torch.empty of the shape does not
+    empty = lambda t: torch.empty(t.shape, dtype=t.dtype, device=device)  # noqa: E731
+    model._apply(empty)  # type: ignore[no-untyped-call]  # in place, as to_empty does
     with torch.no_grad():
         for p in model.parameters():
             p.fill_(float("nan"))  # so a parameter the loader missed is caught below

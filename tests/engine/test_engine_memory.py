@@ -99,3 +99,29 @@ def test_cpu_kv_cache_is_resident_only_where_written() -> None:
     kv.k_caches[0][:256].fill_(1.0)  # 256 blocks of 64 KiB: 16 MiB written
     grown = rss_bytes() - before
     assert 16 * 2**20 <= grown < 64 * 2**20, grown
+
+
+@pytest.mark.parametrize("arch", ["llama", "opt", "gptj"])
+def test_building_and_running_a_model_imports_no_compiler(
+    arch: str, tmp_path: pytest.TempPathFactory
+) -> None:
+    """A model built (on the meta device, then loaded) and run eagerly never imports
+    torch._dynamo (nor sympy or triton under it: ~100 MB resident): in a fresh process,
+    since other tests compile."""
+    import subprocess
+    import sys
+
+    path = make_model(arch, "tiny", tmp_path / "m", seed=1)  # type: ignore[operator]
+    code = (
+        "import sys\n"
+        "from augserve.engine.model_runner import ModelRunner, SeqChunk\n"
+        "from augserve.engine.sampling_params import SamplingParams\n"
+        f"r = ModelRunner.from_dir({str(path)!r}, 'fp32', block_size=4, num_device_blocks=8)\n"
+        "g = SamplingParams(temperature=0.0)\n"
+        "r.execute([SeqChunk('a', [5, 6, 7], 0, [0, 1], True, g)])\n"
+        "r.execute([SeqChunk('a', [8], 3, [0, 1], True, g)])\n"
+        "print(sorted(m for m in ('torch._dynamo', 'sympy', 'triton') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, check=True)  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr[-2000:]

@@ -11,6 +11,7 @@ from augserve.engine.loader import WeightSource
 from augserve.engine.models.base import CausalLM, cfg_get
 from augserve.engine.models.layers import (
     DecoderLayer,
+    Embedding,
     RotaryTable,
     act_fn,
     load_param,
@@ -87,7 +88,7 @@ class GPTJForCausalLM(CausalLM):
         self.num_layers, self.num_kv_heads, self.head_dim = c["layers"], c["heads"], c["head_dim"]
         self.vocab_size, self.max_model_len = c["vocab"], c["max_len"]
         self.rotary = RotaryTable(c["rot"], rope_inv_freq(c["rot"], 10000.0, None), c["max_len"])
-        self.wte = nn.Embedding(c["vocab"], c["hidden"])
+        self.wte = Embedding(c["vocab"], c["hidden"])
         self.h = nn.ModuleList(
             DecoderLayer(GPTJAttnIn(c), GPTJAttnOut(c), c["head_dim"]) for _ in range(c["layers"])
         )

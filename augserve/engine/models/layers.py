@@ -21,6 +21,16 @@ from augserve.engine.ops import mark_dynamic, rms_norm
 CosSin = tuple[torch.Tensor, torch.Tensor]
 
 
+class Embedding(nn.Embedding):
+    """nn.Embedding without its random initialization: every weight is loaded (and
+    `model_build` fills it with NaN first, so a missed one is caught). Drawing the normal
+    init on the meta device goes through torch's Python references, whose first call
+    imports torch._dynamo, sympy and triton: ~100 MB resident a server never uses."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 class RMSNorm(nn.Module):
     """Llama RMSNorm, computed in fp32 like Hugging Face's."""
 

@@ -11,6 +11,7 @@ from augserve.engine.loader import WeightSource
 from augserve.engine.models.base import CausalLM, cfg_get, rope_settings
 from augserve.engine.models.layers import (
     DecoderLayer,
+    Embedding,
     RMSNorm,
     RotaryTable,
     act_fn,
@@ -123,7 +124,7 @@ class LlamaForCausalLM(CausalLM):
         self.rotary = RotaryTable(
             c["head_dim"], rope_inv_freq(c["head_dim"], c["theta"], c["scaling"]), c["max_len"]
         )
-        self.embed_tokens = nn.Embedding(c["vocab"], c["hidden"])
+        self.embed_tokens = Embedding(c["vocab"], c["hidden"])
         self.layers = nn.ModuleList(
             DecoderLayer(LlamaAttnIn(c), LlamaAttnOut(c), c["head_dim"]) for _ in range(c["layers"])
         )

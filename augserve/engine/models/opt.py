@@ -9,7 +9,7 @@ from torch import nn
 
 from augserve.engine.loader import WeightSource
 from augserve.engine.models.base import CausalLM, cfg_get
-from augserve.engine.models.layers import DecoderLayer, act_fn, load_param, split_qkv
+from augserve.engine.models.layers import DecoderLayer, Embedding, act_fn, load_param, split_qkv
 from augserve.engine.prepack import Linear
 
 POS_OFFSET = 2
@@ -102,8 +102,8 @@ class OPTForCausalLM(CausalLM):
             c["vocab"],
             c["max_len"],
         )
-        self.embed_tokens = nn.Embedding(c["vocab"], c["hidden"])
-        self.embed_positions = nn.Embedding(c["max_len"] + POS_OFFSET, c["hidden"])
+        self.embed_tokens = Embedding(c["vocab"], c["hidden"])
+        self.embed_positions = Embedding(c["max_len"] + POS_OFFSET, c["hidden"])
         self.layers = nn.ModuleList(_opt_layer(c) for _ in range(c["layers"]))
         self.final_layer_norm = nn.LayerNorm(c["hidden"]) if c["final_ln"] else None
         self.lm_head = None if c["tie"] else Linear(c["hidden"], c["vocab"], bias=False)

@@ -1,0 +1,171 @@
+"""Where `augserve serve --engine vllm` spends a first token, against plain vLLM's server
+(issue 40's diagnosis; not a comparison: one run, no repeats).
+
+    VLLM_VENV=... .venv/bin/python benchmarks/vs_vllm/diag_first_token.py \\
+        --config benchmarks/configs/vs-vllm-serve-engine-vllm-r2.json \\
+        --model runs/calib/llama-small --rate 6.5 --policy vllm --out runs/vs_vllm/first-token
+
+Each server (plain vLLM; ours over vLLM with `--policy`), one at a time, with the
+config's settings (bench_servers.py):
+
+1. idle: `--idle` sequential requests of a fresh 256-token prompt (no prefix to reuse),
+   8 tokens each, streamed: the client's TTFT at batch 1. Ours twice: a plain request,
+   and one with a one-segment plan (`augserve_segments`), which runs as vLLM's
+   resumable streaming-input session as every scripted request of the tool workload.
+2. loaded: the tool workload at `--rate` for `--duration` s (seed `--seed`), as the
+   comparison replays it (plain vLLM: calls on the client; ours: on the server): TTFT
+   mean / p50 / p95 and attainment under the config's SLO. Ours also reports the TTFT
+   its own metrics measured (`augserve_time_to_first_token_seconds`: from the engine's
+   `generate` to the first token it took from vLLM), so that the client's TTFT splits
+   into the engine's part and the server's (HTTP, the request pipeline, the stream).
+
+With `--spy` (py-spy, `$PY_SPY`), the loaded phase of ours is sampled: every thread
+(`spy-all.txt`) and the GIL holder only (`spy-gil.txt`), raw format.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_servers import augserve_vllm_server, measure, vllm_server  # noqa: E402
+from bench_tools_protocol import apply_config, slo_config  # noqa: E402
+from tool_workload import (  # noqa: E402
+    VOCAB_LOW,
+    ManagedServer,
+    Scale,
+    build_workload,
+    complete,
+    replay,
+    replay_scripted,
+    summarize,
+)
+from tools_profile import write_profile  # noqa: E402
+
+from augserve.bench.protocol import ComparisonConfig  # noqa: E402
+from augserve.bench.report import git_commit  # noqa: E402
+
+
+async def idle_ttfts(base_url: str, n: int, vocab: int, extra: dict[str, Any]) -> list[float]:
+    """`n` sequential streamed requests, each a fresh 256-token prompt, 8 tokens out."""
+    rng = random.Random(0)
+    out = []
+    async with httpx.AsyncClient(base_url=base_url, timeout=120.0) as client:
+        for _ in range(n + 1):  # the first warms up
+            ctx = [rng.randrange(VOCAB_LOW, vocab) for _ in range(256)]
+            t0 = time.monotonic()
+            turn = await complete(client, "m", ctx, 8, dict(extra))
+            out.append((turn.first or time.monotonic()) - t0)
+    return out[1:]
+
+
+def server_ttft(base_url: str) -> tuple[float, float]:
+    """(sum, count) of our server's TTFT histogram."""
+    text = httpx.get(base_url + "/metrics", timeout=30.0).text
+    vals = {}
+    for line in text.splitlines():
+        if line.startswith("augserve_time_to_first_token_seconds_"):
+            name, value = line.split()[:2]
+            vals[name.split("{")[0].rsplit("_", 1)[1]] = float(value)
+    return vals.get("sum", 0.0), vals.get("count", 0.0)
+
+
+def stats(xs: list[float]) -> dict[str, float]:
+    s = sorted(xs)
+    return {"n": len(s), "mean": sum(s) / len(s), "p50": s[len(s) // 2],
+            "p95": s[min(len(s) - 1, int(0.95 * len(s)))]}  # fmt: skip
+
+
+def spy(pid: int, seconds: float, out: Path) -> list[subprocess.Popen[bytes]]:
+    exe = os.environ.get("PY_SPY", "py-spy")
+    base = [exe, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "50", "--threads",
+            "--nonblocking", "-f", "raw"]  # fmt: skip
+    return [subprocess.Popen([*base, "--idle", "-o", str(out / "spy-all.txt")]),
+            subprocess.Popen([*base, "--gil", "-o", str(out / "spy-gil.txt")])]  # fmt: skip
+
+
+def run_one(name: str, srv: ManagedServer, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
+    ours = name != "vllm"
+    row: dict[str, Any] = {"server": name, "load_start": os.getloadavg()[0]}
+    row["idle_plain"] = stats(asyncio.run(idle_ttfts(srv.base_url, args.idle, vocab, {})))
+    if ours:
+        plan = {"augserve_segments": [{"output_len": 8}]}
+        row["idle_session"] = stats(asyncio.run(idle_ttfts(srv.base_url, args.idle, vocab, plan)))
+    scale = Scale(length=args.length_scale, time=args.time_scale)
+    work = build_workload(args.rate, args.duration, args.seed, scale, vocab, args.workload)
+    before = server_ttft(srv.base_url) if ours else (0.0, 0.0)
+    spies = spy(srv.proc.pid, args.duration, out) if (ours and args.spy and srv.proc) else []
+    deadline = args.duration + args.drain
+    if ours:
+        result = asyncio.run(replay_scripted(srv.base_url, "m", work, deadline))
+    else:
+        result = asyncio.run(replay(srv.base_url, "m", work, deadline))
+    for p in spies:
+        p.wait(timeout=120)
+    m = summarize(result.records, slo_config(args.cfg), deadline).to_dict()
+    row["loaded"] = {k: m[k] for k in ("slo_attainment", "ttft_mean", "ttft_p50", "ttft_p95",
+                                       "num_finished", "num_requests") if k in m}  # fmt: skip
+    if ours:
+        s1, c1 = server_ttft(srv.base_url)
+        row["loaded"]["server_ttft_mean"] = (s1 - before[0]) / max(1.0, c1 - before[1])
+    row["load_end"] = os.getloadavg()[0]
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--rate", type=float, default=6.5)
+    p.add_argument("--duration", type=float, default=30.0)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--policy", default="vllm", help="our scheduler's policy inside vLLM")
+    p.add_argument("--idle", type=int, default=20)
+    p.add_argument("--spy", action="store_true")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    args.cfg = ComparisonConfig.from_dict(json.loads(Path(args.config).read_text()))
+    apply_config(args, args.cfg)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, t0 = [], time.monotonic()
+    plain = vllm_server(args, out / "server-vllm.log")
+    try:
+        plain.start(start_timeout=600.0)
+        times = measure(plain)
+        rows.append(run_one("vllm", plain, args, out))
+    finally:
+        plain.stop()
+    args.swap_bandwidth = 1e9  # no host pool
+    prof = write_profile(args, times[0], times[1], out / "profile-vllm.json")
+    slo = slo_config(args.cfg)
+    ours = augserve_vllm_server(args, args.policy, out / "server-ours.log", prof, slo, "online")
+    try:
+        ours.start(start_timeout=600.0)
+        rows.append(run_one(f"augserve-vllm:{args.policy}", ours, args, out))
+    finally:
+        ours.stop()
+    result = {"command": " ".join([sys.executable, *sys.argv]), "commit": git_commit(),
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "wall_s": round(time.monotonic() - t0, 1), "rows": rows}  # fmt: skip
+    (out / "first-token.json").write_text(json.dumps(result, indent=1))
+    print(f"written to {out / 'first-token.json'}")
+
+
+if __name__ == "__main__":
+    main()
