@@ -255,7 +255,7 @@ def check_loaded(model: nn.Module, where: str) -> None:
     """ValueError naming the first quantized module the loader left empty."""
     for name, m in model.named_modules():
         empty = (isinstance(m, QuantLinear) and not m.loaded) or (
-            isinstance(m, QuantEmbedding) and m.raw is None
+            isinstance(m, QuantEmbedding) and not m.loaded
         )
         if empty:
             raise ValueError(f"{where}: weight {name} was not loaded")

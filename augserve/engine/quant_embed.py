@@ -4,6 +4,11 @@ values of the `gguf` package's dequantization). Q8_0, Q4_0 and Q4_1 rows are dec
 torch (`dequantize_rows`: the package's numpy code costs ~1 ms for one row, a tenth of a
 decode step of SmolLM2); other types through the package, in the custom op `gguf_rows`
 (opaque to torch.compile, with a fake kernel for tracing).
+
+A table tied to the LM head (one GGUF tensor for both) is held once: where the head's
+native form holds the same bytes (Q4_0, Q8_0: offsets implied, scales the file's float16),
+`share` drops the table and rows are read from the head (`native.qmatrix.rows`, the same
+values), ~76 MB less for a 0.5B Qwen2 with a Q4_0 table.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import torch
 from torch import nn
 
 from augserve.engine.gguf_types import BLOCK_BYTES, Q4_0, Q4_1, Q8_0
+from augserve.engine.native import qmatrix as nq
 
 
 def _f16_t(b: torch.Tensor) -> torch.Tensor:
@@ -66,12 +72,38 @@ class QuantEmbedding(nn.Module):
         self.raw: torch.Tensor | None  # uint8 [V, row_bytes]
         self.register_buffer("raw", None, persistent=False)
         self.qtype = -1
+        self.shared: nq.NativeMatrix | None = None  # the tied LM head's weight, if shared
+
+    @property
+    def loaded(self) -> bool:
+        return self.raw is not None or self.shared is not None
 
     def set_raw(self, raw: np.ndarray, qtype: int) -> None:
         rows = raw.reshape(self.num_embeddings, -1)
         self.raw, self.qtype = torch.from_numpy(np.array(rows, dtype=np.uint8)), int(qtype)
+        self.shared = None
+
+    def share(self, head: nq.NativeMatrix | None) -> bool:
+        """Read rows from the tied LM head's native weight and drop the table, if the head
+        holds the same values: a Q4_0 / Q8_0 table, its rows compared exactly on a sample
+        (the first, last and every 97th). False (nothing changed) otherwise."""
+        if self.raw is None or head is None or self.qtype not in (Q4_0, Q8_0):
+            return False
+        if (head.n, head.k) != (self.num_embeddings, self.embedding_dim):
+            return False
+        if head.kind != (8 if self.qtype == Q8_0 else 4):
+            return False
+        ids = torch.cat([torch.arange(0, head.n, 97), torch.tensor([head.n - 1])])
+        want = dequantize_rows(self.raw.index_select(0, ids), self.qtype)
+        if want is None or not torch.equal(nq.rows(head, ids), want):
+            return False
+        self.shared, self.raw = head, None
+        return True
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.shared is not None:
+            found = nq.rows(self.shared, ids)
+            return found.to(self.dtype).reshape(*ids.shape, self.embedding_dim)
         if self.raw is None:
             raise RuntimeError("QuantEmbedding used before set_raw")
         rows = dequantize_rows(self.raw.index_select(0, ids.reshape(-1)), self.qtype)

@@ -126,6 +126,32 @@ def test_quant_embedding_rows_are_the_files_rows(qtype: Q) -> None:
     assert torch.equal(emb(ids), _reference(raw, qtype)[ids])
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["rows", "groups16"])
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1], ids=lambda q: q.name)
+def test_a_tied_table_is_read_from_the_heads_native_weight(qtype: Q, grouped: bool) -> None:
+    """A table tied to the LM head is dropped for the head's native weight where that
+    holds the file's values (Q4_0, Q8_0; rows or groups of 16): the same rows, exactly;
+    Q4_1 (stored offsets), another tensor's weight, or no native weight: kept."""
+    from augserve.engine.native import build
+    from augserve.engine.native import qmatrix as nq
+
+    if build.compiler() is None:
+        pytest.skip("no C compiler: the native kernels cannot be built")
+    raw = _raw(qtype, seed=2)
+    head = nq.pack(qtensor_from_gguf(raw, int(qtype), (N, K)), grouped=grouped)
+    emb = QuantEmbedding(N, K, torch.float32)
+    emb.set_raw(raw, int(qtype))
+    other = nq.pack(qtensor_from_gguf(_raw(qtype, seed=3), int(qtype), (N, K)), grouped=grouped)
+    assert not emb.share(other) and not emb.share(None) and emb.raw is not None
+    shared = emb.share(head)
+    assert shared == (qtype != Q.Q4_1) and emb.loaded
+    assert (emb.raw is None) == shared and emb.weight_bytes() == (0 if shared else raw.size)
+    ids = torch.tensor([[3, 0, 95], [7, 7, 1]])
+    assert torch.equal(emb(ids), _reference(raw, qtype)[ids])
+    with pytest.raises(IndexError):
+        nq.rows(head, torch.tensor([N]))
+
+
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_model("llama", "tiny", tmp_path_factory.mktemp("q") / "m", seed=3, untied=True)
@@ -192,6 +218,30 @@ def test_auto_dtype_keeps_gguf_quantized_where_the_native_kernels_build(
             fn.cache_clear()
     with pytest.raises(ValueError, match="quantize"):
         runner(str(llama_dir), quantize=True)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q8_0], ids=lambda q: q.name)
+def test_a_tied_gguf_model_holds_its_table_once_and_generates_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtype: Q
+) -> None:
+    """A tied model's table is read from the LM head's native weight (held once), and
+    generates what the same model holding both generates."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr("augserve.engine.quant_select.cpu_has_bf16", lambda: True)
+    over = {"tie_word_embeddings": True}  # as Qwen2-0.5B and SmolLM2
+    tied = make_model("llama", "tiny", tmp_path / "tied", seed=5, overrides=over)
+    model = resolve_model(write_gguf(tied, tmp_path / "t.gguf", qtype=qtype))
+    kv = KVCacheConfig(block_size=8, num_device_blocks=64)
+    got = ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False))
+    if got.native is None:
+        pytest.skip("the native kernels are not used here")
+    emb = got.model.embed_tokens
+    assert isinstance(emb, QuantEmbedding) and emb.shared is not None and emb.raw is None
+    monkeypatch.setattr(QuantEmbedding, "share", lambda self, head: False)
+    ref = ModelRunner(RunnerConfig(model, None, "cpu", kv, compile=False))
+    assert ref.model.embed_tokens.raw is not None
+    prompts = [[5, 17, 42, 99, 7], [300, 301], list(range(40, 70))]
+    assert run_greedy(got, prompts, 12) == run_greedy(ref, prompts, 12)
 
 
 def test_get_quant_undoes_the_qk_permutation(

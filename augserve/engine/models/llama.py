@@ -170,7 +170,10 @@ class LlamaForCausalLM(CausalLM):
         load_param(self.norm.weight, src.get("model.norm.weight"), "model.norm.weight")
         if self.lm_head is not None:
             head = "lm_head.weight" if src.has("lm_head.weight") else embed
-            if not load_linear(self.lm_head, src, [head], "lm_head"):
+            if load_linear(self.lm_head, src, [head], "lm_head"):
+                if head == embed and isinstance(self.embed_tokens, QuantEmbedding):
+                    self.embed_tokens.share(getattr(self.lm_head, "native", None))  # held once
+            else:
                 w = src.get("lm_head.weight") if src.has("lm_head.weight") else None
                 load_param(
                     self.lm_head.weight, w if w is not None else self.embed_tokens.weight, "lm_head"

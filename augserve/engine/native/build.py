@@ -143,6 +143,7 @@ SIGNATURES: dict[str, tuple[list[type], type | None]] = {  # the exported C func
     "aug_gemm": ([_P, _INT, _P, _P, _I64, _I64, _I64, _I64, _P, _INT], None),
     "aug_dequant": ([_P, _INT, _I64, _I64, _P, _INT, _INT], None),
     "aug_row_bytes": ([_INT, _I64], _I64),
+    "aug_rows": ([_P, _INT, _I64, _I64, _P, _I64, _P], None),
     "aug_rmsnorm": ([_P, _P, _P, _I64, _I64, _FLOAT], None),
     "aug_attn_decode": (
         [_P, _P, _P, _INT, _P, _I64, _P, _P, _I64, _INT, _INT, _INT, _INT, _FLOAT, _INT],

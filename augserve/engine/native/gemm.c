@@ -243,6 +243,37 @@ void aug_gemm(const void *w, int fmt, const void *x, float *y, int64_t M, int64_
 
 int64_t aug_row_bytes(int fmt, int64_t K) { return K / QK * block_bytes(fmt); }
 
+/* Rows `ids` (each < N) of the weight as float32 out[n][K], every value as GGUF's own
+ * dequantization computes it: (q - offset) d where offsets are implied (Q4_0, Q8_0), d q +
+ * m where stored (no fused multiply-add: -ffp-contract=off). An embedding tied to a
+ * quantized LM head looks its rows up here instead of holding the table twice. */
+void aug_rows(const void *w, int fmt, int64_t N, int64_t K, const int64_t *ids, int64_t n,
+              float *out) {
+    (void)N;
+    const int64_t nb = K / QK, rb = nb * block_bytes(fmt);
+    const float off = fmt & FMT_Q8 ? 128.0f : 8.0f;
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t id = ids[t];
+        float *o = out + t * K;
+        const wgroup_t g = wgroup_at((const uint8_t *)w + (id / 16) * 16 * rb, fmt, nb);
+        const wrow_t r = wrow_at((const uint8_t *)w + id * rb, fmt, nb);
+        const int i = (int)(id % 16), grouped = fmt & FMT_G16;
+        for (int64_t b = 0; b < nb; b++) {
+            const float d = grouped ? g16_scale(g, fmt, b, i) : scale_at(r.d, fmt, b);
+            const float m = !(fmt & FMT_M) ? 0.0f
+                            : grouped      ? g16_offset(g, fmt, b, i)
+                                           : offset_at(r, fmt, b);
+            for (int j = 0; j < QK; j++) {
+                int q;
+                if (grouped) q = g16_quant(g, fmt, b, i, j);
+                else if (fmt & FMT_Q8) q = r.q[b * 32 + j];
+                else q = j < 16 ? r.q[b * 16 + j] & 15 : r.q[b * 16 + j - 16] >> 4;
+                o[b * QK + j] = fmt & FMT_M ? (float)q * d + m : ((float)q - off) * d;
+            }
+        }
+    }
+}
+
 /* One block of a weight row as 32 floats. */
 static inline void block_f32(wrow_t wr, int fmt, int64_t b, float *row) {
     const float d = scale_at(wr.d, fmt, b), m = offset_at(wr, fmt, b);

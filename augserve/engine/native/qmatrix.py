@@ -180,6 +180,18 @@ def matmul(x: torch.Tensor, w: NativeMatrix, bias: torch.Tensor | None = None) -
     return y
 
 
+def rows(w: NativeMatrix, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` of the weight, float32 [len(ids), k], each value as GGUF's reference
+    dequantization computes it (`aug_rows`); IndexError for an id outside [0, n)."""
+    flat = ids.reshape(-1).to(torch.int64).contiguous()
+    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= w.n):
+        raise IndexError(f"row ids must be in [0, {w.n})")
+    out = torch.empty(flat.numel(), w.k, dtype=torch.float32)
+    _lib().aug_rows(w.data.data_ptr(), w.fmt, w.n, w.k, flat.data_ptr(), flat.numel(),
+                    out.data_ptr())  # fmt: skip
+    return out
+
+
 # A dequantized weight is written into a per-thread buffer kept between calls (up to
 # SCRATCH_BYTES): with the server's fixed 1 MiB mmap threshold (native_memory.py) a fresh
 # buffer is fresh pages the kernel must fault in and zero, 0.34 s of a 512-token prefill
