@@ -1,9 +1,10 @@
-"""The native integer kernel against torch's int4 kernel and against dequantize + one dense
+"""The native integer kernels against torch's int4 kernel and against dequantize + one dense
 bf16 matmul, side by side in one run, on a model's projection shapes (docs/engine-quant.md,
 "Native kernels").
 
 For each shape [N, K] (random int4 weights in groups of 32) and row count M: the native
-product (`native.qmatrix.matmul`: int8 activations, integer dot products),
+products (`native.qmatrix.matmul`: int8 activations, integer dot products) on the weight
+in rows (`native_rows_ms`) and grouped by 16 rows (`native_g16_ms`, gemm16.c),
 `torch.ops.aten._weight_int4pack_mm_for_cpu` on bf16 activations (what the quantized path
 ran before), and `F.linear` in bf16 on the weight dequantized by the native kernel for
 this call (what a prefill-sized product runs); the three alternated, median of `--reps`.
@@ -44,12 +45,14 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def measure(
-    w: nq.NativeMatrix, packed: torch.Tensor, sz: torch.Tensor, x: torch.Tensor, reps: int
-) -> dict[str, float]:
-    """Median ms of the three products of x, alternated."""
+    w: nq.NativeMatrix, g16: nq.NativeMatrix, packed: torch.Tensor, sz: torch.Tensor,
+    x: torch.Tensor, reps: int,
+) -> dict[str, float]:  # fmt: skip
+    """Median ms of the four products of x, alternated."""
     xb = x.bfloat16()
     fns: dict[str, Callable[[], object]] = {
-        "native_ms": lambda: nq.matmul(x, w),
+        "native_rows_ms": lambda: nq.matmul(x, w),
+        "native_g16_ms": lambda: nq.matmul(x, g16),
         "torch_int4_ms": lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(xb, packed, 32, sz),
         "dequant_bf16_ms": lambda: F.linear(xb, nq.dequantize(w, torch.bfloat16)),
     }
@@ -74,12 +77,13 @@ def main() -> None:
     for name, (n, k) in SHAPES.items():
         q = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
         qt = QTensor(q, torch.rand(n, k // 32, generator=g), torch.zeros(n, k // 32), 32, 4)
-        w = nq.pack(qt)
+        w, g16 = nq.pack(qt, grouped=False), nq.pack(qt, grouped=True)
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
         sz = torch.stack([qt.scale.t(), qt.zero.t()], -1).to(torch.bfloat16).contiguous()  # type: ignore[union-attr]
         for m in ROWS:
             x = torch.randn(m, k, generator=g)
-            row = {"shape": name, "n": n, "k": k, "rows": m, **measure(w, packed, sz, x, a.reps)}
+            got = measure(w, g16, packed, sz, x, a.reps)
+            row = {"shape": name, "n": n, "k": k, "rows": m, **got}
             rows.append(row)
             print(row, flush=True)
     if a.out:
