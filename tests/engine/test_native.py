@@ -188,19 +188,30 @@ def test_quant_linear_on_native_kernels_per_gguf_type(qtype: Q) -> None:
     assert out.dtype == torch.bfloat16 and out.shape == (6, n)
 
 
-def test_prefill_sized_products_use_the_dequantized_weight() -> None:
-    """From NATIVE_DENSE_ROWS rows on the block form is dequantized and multiplied
-    densely; below it the integer kernel runs: both agree with the reference within bf16
-    and int8 rounding."""
-    from augserve.engine.quant import NATIVE_DENSE_ROWS as DEQUANT_ROWS
+@pytest.mark.parametrize("grouped", [False, True], ids=["rows", "groups16"])
+def test_prefill_sized_products_use_the_dequantized_weight(
+    grouped: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From NATIVE_DENSE_ROWS rows on the block form (rows or groups of 16) is
+    dequantized and multiplied densely; below it the integer kernel runs: both agree
+    with the reference within bf16 and int8 rounding."""
+    from augserve.engine import quant
 
+    rows = quant.NATIVE_DENSE_ROWS
     qt = _qtensor(4, 64, 128, seed=9)
     layer = QuantLinear(128, 64, False, torch.bfloat16)
     layer.set_weight(qt)
-    x = torch.randn(DEQUANT_ROWS + 5, 128, generator=torch.Generator().manual_seed(1))
+    layer.native = nq.pack(qt, grouped=grouped)
+    dense = []
+    real = nq.dequantize
+    monkeypatch.setattr(nq, "dequantize", lambda *a, **k: dense.append(1) or real(*a, **k))
+    x = torch.randn(rows + 5, 128, generator=torch.Generator().manual_seed(1))
     want = x.double() @ qt.dequantize().double().T
     big = layer(x.to(torch.bfloat16)).double()
-    small = torch.cat([layer(x[i : i + 8].to(torch.bfloat16)) for i in range(0, len(x), 8)])
+    assert len(dense) == 1
+    small = torch.cat([layer(x[i : i + rows - 1].to(torch.bfloat16))
+                       for i in range(0, len(x), rows - 1)])  # fmt: skip
+    assert len(dense) == 1  # below the threshold: the integer kernel
     for got in (big, small.double()):
         assert ((got - want).abs().max() / want.abs().max()).item() < 3e-2
 

@@ -19,45 +19,60 @@ static inline __m512 scales16(const uint8_t *p, int fmt, int64_t b) {
     return _mm512_loadu_ps((const float *)(p + 64 * b));
 }
 
-/* y[r0 + r, n0 .. n0 + 16) for r < TM: group `w` against activation rows r0 .. r0 + TM. */
+/* Bytes ahead of the quants in use that are prefetched: a decode step streams every
+ * weight from memory once, and the hardware's prefetchers alone left a batch-1 step of a
+ * 0.5B model 35% slower than the row layout (9.5 ms against 7.1; 8 KB ahead: 6.0). */
+#define PF_BYTES 8192
+
+/* y[r0 + r, n0 .. n0 + 16) for r < TM: group `w` against activation rows r0 .. r0 + TM.
+ * Each row's block sum runs in two chains (low and high nibbles; even and odd quads), so
+ * that a single row (a batch-1 decode step) is not one chain of eight dependent
+ * dot-product instructions a block. */
 static inline __attribute__((always_inline)) void tile16(
     const int fmt, const int TM, wgroup_t w, int64_t nb, acts a, int64_t r0, int64_t K,
     float *y, int64_t ldy, const float *bias) {
     const __m512i low = _mm512_set1_epi8(0x0f);
     const int32_t off = fmt & FMT_Q8 ? 128 : 8; /* the implied offset, in quant units */
+    const int64_t qbytes = fmt & FMT_Q8 ? 512 : 256;
     __m512 acc[8];
     for (int r = 0; r < TM; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        __m512i dot[8];
+        const uint8_t *q = w.q + b * qbytes;
+        for (int64_t c = 0; c < qbytes; c += 64)
+            _mm_prefetch((const char *)(q + PF_BYTES + c), _MM_HINT_T0);
+        __m512i d0[8], d1[8];
         const int32_t *xq[8]; /* each row's 8 quads of block b */
         for (int r = 0; r < TM; r++) {
             const int64_t i = (r0 + r) * nb + b;
             xq[r] = (const int32_t *)(a.q + (r0 + r) * K + b * QK);
-            dot[r] = fmt & FMT_M ? _mm512_setzero_si512() : _mm512_set1_epi32(-off * a.isum[i]);
+            d0[r] = fmt & FMT_M ? _mm512_setzero_si512() : _mm512_set1_epi32(-off * a.isum[i]);
+            d1[r] = _mm512_setzero_si512();
         }
         if (fmt & FMT_Q8) {
-            const uint8_t *q = w.q + b * 512;
-            for (int u = 0; u < 8; u++) {
-                const __m512i wv = _mm512_loadu_si512(q + 64 * u);
-                for (int r = 0; r < TM; r++)
-                    dot[r] = _mm512_dpbusd_epi32(dot[r], wv, _mm512_set1_epi32(xq[r][u]));
+            for (int u = 0; u < 8; u += 2) {
+                const __m512i w0 = _mm512_loadu_si512(q + 64 * u);
+                const __m512i w1 = _mm512_loadu_si512(q + 64 * (u + 1));
+                for (int r = 0; r < TM; r++) {
+                    d0[r] = _mm512_dpbusd_epi32(d0[r], w0, _mm512_set1_epi32(xq[r][u]));
+                    d1[r] = _mm512_dpbusd_epi32(d1[r], w1, _mm512_set1_epi32(xq[r][u + 1]));
+                }
             }
         } else {
-            const uint8_t *q = w.q + b * 256;
             for (int p = 0; p < 4; p++) {
                 const __m512i v = _mm512_loadu_si512(q + 64 * p);
                 const __m512i lo = _mm512_and_si512(v, low);
                 const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
                 for (int r = 0; r < TM; r++) {
-                    dot[r] = _mm512_dpbusd_epi32(dot[r], lo, _mm512_set1_epi32(xq[r][p]));
-                    dot[r] = _mm512_dpbusd_epi32(dot[r], hi, _mm512_set1_epi32(xq[r][p + 4]));
+                    d0[r] = _mm512_dpbusd_epi32(d0[r], lo, _mm512_set1_epi32(xq[r][p]));
+                    d1[r] = _mm512_dpbusd_epi32(d1[r], hi, _mm512_set1_epi32(xq[r][p + 4]));
                 }
             }
         }
         const __m512 dw = scales16(w.d, fmt, b);
         for (int r = 0; r < TM; r++) {
             const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[(r0 + r) * nb + b]));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), sc, acc[r]);
+            const __m512i dot = _mm512_add_epi32(d0[r], d1[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
         }
         if (fmt & FMT_M) {
             const __m512 mw = scales16(w.m, fmt, b);
