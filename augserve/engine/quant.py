@@ -48,7 +48,7 @@ QK = 32  # the native kernels' block
 # 1.69; 896 x 4864 at 16 rows 0.57 / 0.53, at 32 1.98 / 0.79; set between the two.
 # Weights grouped by 16 rows (native/gemm16.c) keep the same threshold although their
 # integer product beats the dense one up to ~128 rows (docs/data/native-kernels-g16.json,
-# 2 threads: 9728 x 896 at 64 rows 1.19 / 2.42 ms): prefill-sized products stay on bf16
+# 2 threads: 9728 x 896 at 64 rows 1.01 / 2.50 ms): prefill-sized products stay on bf16
 # activations for their precision: with the threshold at 128 (int8 activations below
 # it), a 40-token chat prefill turned SmolLM2's Q4_1 "Paris" into "Le Grand Chateau"
 # (tests/engine/test_smollm2.py). A decode step's products (the fused native step) are
