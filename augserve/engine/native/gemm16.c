@@ -21,7 +21,8 @@ static inline __m512 scales16(const uint8_t *p, int fmt, int64_t b) {
 
 /* Bytes ahead of the quants in use that are prefetched: a decode step streams every
  * weight from memory once, and the hardware's prefetchers alone left a batch-1 step of a
- * 0.5B model 35% slower than the row layout (9.5 ms against 7.1; 8 KB ahead: 6.0). */
+ * 0.5B model 35% slower than the row layout (quick runs: 9.5 ms against 7.1; 8 KB ahead
+ * 6.0-8.2; the alternated benchmark, docs/engine-quant.md: 8.0 against 6.9). */
 #define PF_BYTES 8192
 
 /* y[r0 + r, n0 .. n0 + 16) for r < TM: group `w` against activation rows r0 .. r0 + TM.

@@ -24,11 +24,13 @@
  * for u < 8, each row's weights 4u .. 4u + 3.
  * Activations, M rows (acts_bytes): int8 q[M][K]; float d[M][nb], s[M][nb], d8[M][nb][8]
  * and z8[M][nb][8]; int32 isum[M][nb]: x ~ d q per block, |q| <= 127, isum = sum(q),
- * s = d isum; d8 holds d and z8 s / 8 once per lane of a block's 8-lane dot product. A block's product is then
- * d_x (d_w sum(q_w q_x) + m_w sum(q_x)) = d_w d_x dot + m_w s_x, summed over the lanes
- * as sum_lanes (d_w d8 dot_lane + m_w z8).
+ * s = d isum; d8 holds d and z8 s / 8 once per lane of a block's 8-lane dot product. A
+ * block's product is then d_x (d_w sum(q_w q_x) + m_w sum(q_x)) = d_w d_x dot + m_w s_x,
+ * summed over the lanes as sum_lanes (d_w d8 dot_lane + m_w z8) in the row layout; the
+ * grouped one (gemm16.c) folds an implied offset into the integer sum (dot - 8 isum for
+ * q4, dot - 128 isum for q8).
  */
-/* Shared by the native kernels' translation units (gemm.c, attention.c, decode.c):
+/* Shared by the native kernels' translation units (gemm.c, gemm16.c, attention.c, decode.c):
  * the formats, the activations' layout and small inline helpers. */
 #ifndef AUGSERVE_NATIVE_H
 #define AUGSERVE_NATIVE_H
