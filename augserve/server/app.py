@@ -26,6 +26,7 @@ from augserve.server.pipeline import serve
 from augserve.server.protocol import ChatCompletionRequest, CompletionRequest
 from augserve.server.responses import ResponsesEndpoint
 from augserve.server.responses_input import ResponsesRequest
+from augserve.server.stages import ArrivalMiddleware, LoopLag
 from augserve.server.state import ServerState
 from augserve.server.strict_json import StrictJSONRoute
 from augserve.server.tenancy import api_keys
@@ -80,9 +81,12 @@ def create_app(state: ServerState, api_key: str | Sequence[str] | None = None) -
         names = sorted(state.registry.tools)
         log.info("serving %s; server-side tools: %s", list(state.model_names), names or "none")
         gc.freeze()  # the start-up heap (model, tokenizer): full collections skip it
+        lag = LoopLag(state.metrics.stages)
+        lag.start()
         try:
             yield
         finally:
+            await lag.stop()
             await drain(state, state.limits.shutdown_grace)
             await state.engine.shutdown()
             await state.registry.close()
@@ -140,4 +144,5 @@ def create_app(state: ServerState, api_key: str | Sequence[str] | None = None) -
     keys = api_keys(api_key)
     if keys:
         app.add_middleware(APIKeyMiddleware, api_keys=keys)
+    app.add_middleware(ArrivalMiddleware)  # the outermost: a request's clock starts here
     return app

@@ -25,6 +25,7 @@ from augserve.engine.sampling_params import SamplingParams
 from augserve.engine.tool_parsers import held_prefix
 from augserve.engine.tools import ToolSession
 from augserve.server.request_tools import CallExecutor, openai_tool_calls
+from augserve.server.stages import StageClock
 from augserve.server.state import ServerState
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ class Choice:
     segments: list[Segment] | None = None  # a scripted tool plan
     session_id: str | None = None  # the client's session id (`sched/sessions.py`)
     cache_salt: str | None = None  # its tenant's salt (`server/tenancy.py`)
+    clock: StageClock | None = None  # its request's stage marks (`server/stages.py`)
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,8 @@ async def run_choice(
     """One `generate()` call. Closing this generator early (a client gone) closes the
     engine's at once, which aborts the request and frees its KV blocks."""
     finished, reason = False, "abort"
+    if choice.clock is not None:
+        choice.clock.mark("submitted")
     gen = state.engine.generate(
         prompt,
         choice.params,
@@ -143,6 +147,8 @@ async def run_choice(
     try:
         async with aclosing(gen):
             async for out in gen:
+                if choice.clock is not None:
+                    choice.clock.mark("first_out")
                 if out.finished:
                     finished = True
                     state.metrics.observe_finished(out.request, out.finish_reason)

@@ -6,7 +6,9 @@ the token budget). Finished requests feed the TTFT and normalized-latency
 histograms and the finished / SLO-met counters (definitions: `augserve.core.metrics`);
 tool calls feed the per-tool counters and duration histogram; the predictor's
 per-tool call-time prediction and the latency model's source come from
-`predictions.PredictionCollector`; the process's resident memory from /proc/self/statm.
+`predictions.PredictionCollector`; the process's resident memory from /proc/self/statm;
+where a streamed request's time to its first token goes, stage by stage, and the
+event loop's lag from `stages.py`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from augserve.core.metrics import SLOConfig, request_metrics
 from augserve.core.request import Request
 from augserve.server.predictions import PredictionCollector
 from augserve.server.registered_tool import ToolOutcome
+from augserve.server.stages import StageMetrics
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -186,6 +189,7 @@ class ServerMetrics:
             buckets=TOOL_BUCKETS,
             registry=r,
         )
+        self.stages = StageMetrics(r)  # where the time to a first token goes
         self.client_tool_calls = Counter(
             "augserve_client_tool_calls", "Tool calls handed back to the client", registry=r
         )

@@ -45,6 +45,7 @@ from augserve.server.generation import (
 )
 from augserve.server.input_limits import check_response_format
 from augserve.server.request_tools import RequestTools
+from augserve.server.stages import StageClock, clock_of, timed_events
 from augserve.server.state import ServerState, sampling_params
 from augserve.server.streaming import SSEResponse, usage
 from augserve.server.tenancy import with_tenant
@@ -135,18 +136,27 @@ class Endpoint(ABC, Generic[R]):
 
 async def serve(state: ServerState, endpoint: Endpoint[R], req: R, http: Request) -> Any:
     """Prepare off the loop, submit, then stream (SSE) or collect and answer (JSON)."""
+    clock = clock_of(http.scope)
+    clock.mark("handler")
     req = endpoint.bind(req, http)
-    plan = await state.preparer.run(prepare, state, endpoint, req)
+    plan = await state.preparer.run(prepare, state, endpoint, req, clock)
+    clock.mark("planned")
+    for choice in plan.choices:
+        choice.clock = clock
     ids = Ids(f"{endpoint.id_prefix}{uuid.uuid4().hex}", int(time.time()))
     if getattr(req, "stream", False):
-        return SSEResponse(endpoint.stream(state, req, plan, ids))
+        events = endpoint.stream(state, req, plan, ids)
+        return SSEResponse(timed_events(events, clock, state.metrics.stages))
     gone = await collect(state, plan, ids.id, http)
     return gone or JSONResponse(endpoint.body(state, req, plan, ids))
 
 
-def prepare(state: ServerState, endpoint: Endpoint[R], req: R) -> Plan:
+def prepare(state: ServerState, endpoint: Endpoint[R], req: R, clock: StageClock) -> Plan:
     """On a preparation thread: the endpoint's request as a plan."""
-    return plan_generation(state, endpoint.generation_request(req), endpoint.inputs)
+    clock.mark("prep_start")
+    plan = plan_generation(state, endpoint.generation_request(req), endpoint.inputs)
+    clock.mark("prep_end")
+    return plan
 
 
 def plan_generation(

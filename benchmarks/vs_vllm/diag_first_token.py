@@ -17,7 +17,11 @@ config's settings (bench_servers.py):
    mean / p50 / p95 and attainment under the config's SLO. Ours also reports the TTFT
    its own metrics measured (`augserve_time_to_first_token_seconds`: from the engine's
    `generate` to the first token it took from vLLM), so that the client's TTFT splits
-   into the engine's part and the server's (HTTP, the request pipeline, the stream).
+   into the engine's part and the server's (HTTP, the request pipeline, the stream), and
+the server's part by stage (`augserve_request_stage_seconds`: body, preparation queue,
+preparation, back to the loop, to the engine, the engine, to the client; with the
+event loop's lag), as counts, means and the histogram bound holding 50 / 95 / 99%.
+`--ours-only PROFILE` skips plain vLLM and prices ours with an earlier run's profile.
 
 With `--spy` (py-spy, `$PY_SPY`), the loaded phase of ours is sampled: every thread
 (`spy-all.txt`) and the GIL holder only (`spy-gil.txt`), raw format.
@@ -83,6 +87,43 @@ def server_ttft(base_url: str) -> tuple[float, float]:
     return vals.get("sum", 0.0), vals.get("count", 0.0)
 
 
+def server_stages(base_url: str) -> dict[str, dict[str, float]]:
+    """Our server's stage histograms and its loop lag (`augserve/server/stages.py`): per
+    stage (or `loop_lag`) its sum, count and cumulative bucket counts by bound."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(base_url + "/metrics", timeout=30.0).text
+    out: dict[str, dict[str, float]] = {}
+    names = {"augserve_request_stage_seconds", "augserve_event_loop_lag_seconds"}
+    for fam in text_string_to_metric_families(text):
+        if fam.name not in names:
+            continue
+        for smp in fam.samples:
+            key = smp.labels.get("stage", "loop_lag")
+            field = smp.name.rsplit("_", 1)[1]
+            if field == "bucket":
+                field = "le=" + smp.labels["le"]
+            out.setdefault(key, {})[field] = smp.value
+    return out
+
+
+def stage_deltas(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    """Per stage over a phase: count, mean, and the bucket bound holding 50 / 95 / 99%."""
+    rows = {}
+    for key, now in after.items():
+        was = before.get(key, {})
+        d = {k: v - was.get(k, 0.0) for k, v in now.items()}
+        n = d.get("count", 0.0)
+        row = {"count": n, "mean": d.get("sum", 0.0) / n if n else 0.0}
+        bounds = sorted((float(k[3:]), v) for k, v in d.items() if k.startswith("le="))
+        for q in (0.5, 0.95, 0.99):
+            row[f"p{round(q * 100)}_le"] = next((b for b, c in bounds if c >= q * n), 0.0)
+        rows[key] = row
+    return rows
+
+
 def stats(xs: list[float]) -> dict[str, float]:
     s = sorted(xs)
     return {"n": len(s), "mean": sum(s) / len(s), "p50": s[len(s) // 2],
@@ -108,6 +149,7 @@ def run_one(name: str, srv: ManagedServer, args: argparse.Namespace, out: Path) 
     scale = Scale(length=args.length_scale, time=args.time_scale)
     work = build_workload(args.rate, args.duration, args.seed, scale, vocab, args.workload)
     before = server_ttft(srv.base_url) if ours else (0.0, 0.0)
+    stages0 = server_stages(srv.base_url) if ours else {}
     spies = spy(srv.proc.pid, args.duration, out) if (ours and args.spy and srv.proc) else []
     deadline = args.duration + args.drain
     if ours:
@@ -122,9 +164,23 @@ def run_one(name: str, srv: ManagedServer, args: argparse.Namespace, out: Path) 
     if ours:
         s1, c1 = server_ttft(srv.base_url)
         row["loaded"]["server_ttft_mean"] = (s1 - before[0]) / max(1.0, c1 - before[1])
+        row["loaded"]["stages"] = stage_deltas(stages0, server_stages(srv.base_url))
     row["load_end"] = os.getloadavg()[0]
     print(json.dumps(row), flush=True)
     return row
+
+
+def plain_vllm(args: argparse.Namespace, out: Path, rows: list[dict[str, Any]]) -> Path:
+    """Plain vLLM's row; the profile of its measured times, which prices our scheduler."""
+    plain = vllm_server(args, out / "server-vllm.log")
+    try:
+        plain.start(start_timeout=600.0)
+        times = measure(plain)
+        rows.append(run_one("vllm", plain, args, out))
+    finally:
+        plain.stop()
+    args.swap_bandwidth = 1e9  # no host pool
+    return write_profile(args, times[0], times[1], out / "profile-vllm.json")
 
 
 def main() -> None:
@@ -138,21 +194,18 @@ def main() -> None:
     p.add_argument("--idle", type=int, default=20)
     p.add_argument("--spy", action="store_true")
     p.add_argument("--out", required=True)
+    p.add_argument(
+        "--ours-only",
+        metavar="PROFILE",
+        help="skip plain vLLM: our server priced with this earlier run's profile",
+    )
     args = p.parse_args()
     args.cfg = ComparisonConfig.from_dict(json.loads(Path(args.config).read_text()))
     apply_config(args, args.cfg)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows, t0 = [], time.monotonic()
-    plain = vllm_server(args, out / "server-vllm.log")
-    try:
-        plain.start(start_timeout=600.0)
-        times = measure(plain)
-        rows.append(run_one("vllm", plain, args, out))
-    finally:
-        plain.stop()
-    args.swap_bandwidth = 1e9  # no host pool
-    prof = write_profile(args, times[0], times[1], out / "profile-vllm.json")
+    prof = Path(args.ours_only) if args.ours_only else plain_vllm(args, out, rows)
     slo = slo_config(args.cfg)
     ours = augserve_vllm_server(args, args.policy, out / "server-ours.log", prof, slo, "online")
     try:
