@@ -86,7 +86,9 @@ class LLMEngine:
         self.predictor = predictor or make_predictor(self.config.predictor)
         self.scheduler = Scheduler(self.config, self.latency, self.predictor)
         self.clock = clock
-        self.eos_token_ids = frozenset(runner.eos_token_ids)
+        # the tokenizer's, read with its vocabulary (the runner would load another copy)
+        eos = tokenizer.eos_token_ids if tokenizer is not None else runner.eos_token_ids
+        self.eos_token_ids = frozenset(eos)
         self.max_model_len = min(runner.max_model_len, max_model_len or runner.max_model_len)
         self._states: dict[str, SeqState] = {}
         self._early = EngineStep()  # finished outside a step (rejected, aborted, too long)

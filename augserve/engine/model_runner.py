@@ -8,6 +8,7 @@ samples one token for each chunk with `sample=True`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,10 +94,15 @@ class ModelRunner:
         self.native = self._native_decoder()
         self.sampler = Sampler()
         self.last_logprobs: list[Logprob | None] = []  # per chunk of the last `sample`
-        self.eos_token_ids: tuple[int, ...] = read_eos_token_ids(cfg.model_dir)
         self.vocab_size = m.vocab_size
         self.max_model_len = m.max_model_len
         self.model_dir = cfg.model_dir
+
+    @functools.cached_property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """The model directory's EOS ids (read on first use: an engine with a tokenizer
+        reads them from it and never loads the vocabulary again here)."""
+        return read_eos_token_ids(self.model_dir)
 
     def _decode_graphs(self) -> DecodeGraphs:
         kv, bs = self.kv, self.kv.block_size

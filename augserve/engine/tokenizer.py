@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +30,22 @@ def _ids(v: Any) -> list[int]:
     return []
 
 
-def read_eos_token_ids(model_dir: str | Path) -> tuple[int, ...]:
-    """EOS ids from config.json, generation_config.json and tokenizer_config's eos_token."""
+def read_eos_token_ids(
+    model_dir: str | Path, lookup: Callable[[str], int | None] | None = None
+) -> tuple[int, ...]:
+    """EOS ids from config.json, generation_config.json and tokenizer_config's eos_token,
+    whose id `lookup` finds (a loaded tokenizer's `token_to_id`; without one,
+    tokenizer.json is loaded for it: ~45 MB resident for a 150k vocabulary, which the
+    allocator may keep after it is freed)."""
     d = Path(model_dir)
     ids: list[int] = []
     for name in ("config.json", "generation_config.json"):
         ids += _ids(load_optional_json(d / name).get("eos_token_id"))
     eos = _token_str(load_optional_json(d / "tokenizer_config.json").get("eos_token"))
-    if eos is not None and (d / "tokenizer.json").is_file():
-        tid = HFTokenizer.from_file(str(d / "tokenizer.json")).token_to_id(eos)
+    if eos is not None and lookup is None and (d / "tokenizer.json").is_file():
+        lookup = HFTokenizer.from_file(str(d / "tokenizer.json")).token_to_id
+    if eos is not None and lookup is not None:
+        tid = lookup(eos)
         if tid is not None:
             ids.append(tid)
     return tuple(dict.fromkeys(ids))
@@ -69,7 +76,7 @@ class Tokenizer:
         self.add_bos = bool(cfg.get("add_bos_token", False)) and self.bos_token_id is not None
         self._template = _chat_template(d)
         self.chat_template: str | None = self._template.source if self._template else None
-        self.eos_token_ids = read_eos_token_ids(d)
+        self.eos_token_ids = read_eos_token_ids(d, self._tok.token_to_id)  # one copy loaded
 
     @property
     def backend(self) -> HFTokenizer:

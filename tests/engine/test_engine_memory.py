@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -125,3 +128,34 @@ def test_building_and_running_a_model_imports_no_compiler(
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300, check=True)  # fmt: skip
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr[-2000:]
+
+
+def test_an_engine_loads_its_vocabulary_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 150k vocabulary is ~45 MB resident once loaded, and the allocator may keep a
+    freed copy: the tokenizer reads its EOS ids with itself, and the runner reads none
+    while an engine has a tokenizer. Without one, the runner still finds them."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    from augserve.engine import tokenizer as tok_mod
+    from augserve.engine.builder import EngineArgs, build_engine
+
+    path = make_model("llama", "tiny", tmp_path / "m", seed=3)
+    cfg = json.loads((path / "tokenizer_config.json").read_text())
+    assert cfg.get("eos_token")  # the lookup by text runs
+    loads: list[str] = []
+
+    class Counted:
+        @staticmethod
+        def from_file(file: str) -> HFTokenizer:
+            loads.append(file)
+            return HFTokenizer.from_file(file)
+
+    monkeypatch.setattr(tok_mod, "HFTokenizer", Counted)
+    engine = build_engine(EngineArgs(model=str(path), dtype="fp32", num_device_blocks=16))
+    assert len(loads) == 1
+    assert engine.tokenizer is not None
+    want = engine.tokenizer.eos_token_ids
+    assert engine.eos_token_ids == frozenset(want) and want
+    assert engine.runner.eos_token_ids == want and len(loads) == 2  # read when asked
