@@ -2,7 +2,7 @@
 must-show; docs/vllm-plugin.md, "The plugin under the protocol: r1"): the parts run so
 far follow the config committed before them, with the same vLLM flags on both servers
 but the scheduler class, the online predictor, the SLO told, quiet; the attainments and
-crossings the docs state are in them. Part 0 of 3 has run."""
+crossings the docs state are in them. Parts 0 and 1 of 3 have run."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ from augserve.bench.capacity import crossing
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-plugin-r1.json"
-PARTS = {k: ROOT / "docs" / "data" / f"vs-vllm-plugin-r1-part-{k}.json" for k in (0,)}
+PARTS = {k: ROOT / "docs" / "data" / f"vs-vllm-plugin-r1-part-{k}.json" for k in (0, 1)}
 OURS = "vllm-plugin:augserve+online"
 PLUGIN = "--scheduler-cls augserve.integrations.vllm.AugServeScheduler"
 STATED = {0: {(1.5, "vllm"): 100, (1.5, OURS): 100, (4.0, "vllm"): 93, (4.0, OURS): 90,
-              (6.5, "vllm"): 71, (6.5, OURS): 77}}  # fmt: skip
-CROSSING = {0: {"vllm": 4.35, OURS: 3.92}}
+              (6.5, "vllm"): 71, (6.5, OURS): 77},
+          1: {(1.5, "vllm"): 98, (1.5, OURS): 100, (4.0, "vllm"): 86, (4.0, OURS): 86,
+              (6.5, "vllm"): 78, (6.5, OURS): 79}}  # fmt: skip
+CROSSING = {0: {"vllm": 4.35, OURS: 3.92}, 1: {"vllm": 3.10, OURS: 3.22}}
 
 
 def _part(k: int) -> dict[str, Any]:
