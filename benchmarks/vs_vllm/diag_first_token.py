@@ -22,6 +22,9 @@ the server's part by stage (`augserve_request_stage_seconds`: body, preparation 
 preparation, back to the loop, to the engine, the engine, to the client; with the
 event loop's lag), as counts, means and the histogram bound holding 50 / 95 / 99%.
 `--ours-only PROFILE` skips plain vLLM and prices ours with an earlier run's profile.
+Each loaded phase also records who used the cores (`proc_cpu.py`: CPU seconds of the
+server's process tree by process, and of this client) and how late the client's own
+event loop ran: a client that cannot keep up inflates every TTFT it measures.
 
 With `--spy` (py-spy, `$PY_SPY`), the loaded phase of ours is sampled: every thread
 (`spy-all.txt`) and the GIL holder only (`spy-gil.txt`), raw format.
@@ -47,6 +50,7 @@ sys.path.insert(0, str(HERE))
 
 from bench_servers import augserve_vllm_server, measure, vllm_server  # noqa: E402
 from bench_tools_protocol import apply_config, slo_config  # noqa: E402
+from proc_cpu import cpu_delta, self_cpu, tree_cpu, with_loop_lag  # noqa: E402
 from tool_workload import (  # noqa: E402
     VOCAB_LOW,
     ManagedServer,
@@ -152,15 +156,25 @@ def run_one(name: str, srv: ManagedServer, args: argparse.Namespace, out: Path) 
     stages0 = server_stages(srv.base_url) if ours else {}
     spies = spy(srv.proc.pid, args.duration, out) if (ours and args.spy and srv.proc) else []
     deadline = args.duration + args.drain
+    cpu0, me0, t0 = tree_cpu(srv.proc.pid) if srv.proc else {}, self_cpu(), time.monotonic()
     if ours:
-        result = asyncio.run(replay_scripted(srv.base_url, "m", work, deadline))
+        job = replay_scripted(srv.base_url, "m", work, deadline)
     else:
-        result = asyncio.run(replay(srv.base_url, "m", work, deadline))
+        job = replay(srv.base_url, "m", work, deadline)
+    result, lag = asyncio.run(with_loop_lag(job))
+    cpu1 = tree_cpu(srv.proc.pid) if srv.proc else {}
+    usage = {
+        "wall_s": round(time.monotonic() - t0, 1),
+        "client_loop_lag": lag,
+        "client_cpu_s": round(self_cpu() - me0, 2),
+        "server_cpu_s": cpu_delta(cpu0, cpu1),
+    }
     for p in spies:
         p.wait(timeout=120)
     m = summarize(result.records, slo_config(args.cfg), deadline).to_dict()
     row["loaded"] = {k: m[k] for k in ("slo_attainment", "ttft_mean", "ttft_p50", "ttft_p95",
                                        "num_finished", "num_requests") if k in m}  # fmt: skip
+    row["loaded"]["usage"] = usage
     if ours:
         s1, c1 = server_ttft(srv.base_url)
         row["loaded"]["server_ttft_mean"] = (s1 - before[0]) / max(1.0, c1 - before[1])
