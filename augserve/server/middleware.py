@@ -9,12 +9,14 @@ import asyncio
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from augserve.server.errors import error_body
+from augserve.server.stages import SCOPE_KEY, StageClock, clock_of
 from augserve.server.tenancy import OPEN_PATHS, TENANT, tenant_of_key
 
 log = logging.getLogger("augserve.server")
@@ -136,6 +138,7 @@ class BodyLimitMiddleware:
                 await self._too_large(send)
                 return size
             more = bool(msg.get("more_body", False))
+        clock_of(scope).mark("read")
         replayed = False
         gone = asyncio.Event()  # the client stopped reading: it is treated as gone
 
@@ -192,6 +195,8 @@ class TimedH11Protocol(H11Protocol):
         super().connection_made(transport)
         self._head_timer: asyncio.TimerHandle | None = None
         self._start_head_timer()
+        self._opened: float | None = time.monotonic()  # the stage clock's `connected`
+        self._head_at: float | None = None  # when the due request's head began
 
     def _start_head_timer(self) -> None:
         if self._head_timer is None:
@@ -205,9 +210,23 @@ class TimedH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self.cycle is None or self.cycle.response_complete:  # a request head is due
             self._start_head_timer()
+            if self._head_at is None:
+                self._head_at = time.monotonic()
+        before = self.cycle
         super().data_received(data)
         if self.cycle is not None and not self.cycle.response_complete:
             self._stop_head_timer()  # the head arrived (the body has its own timeout)
+            if self.cycle is not before:  # a request began: its clock (`stages.py`)
+                self._start_clock(self.cycle.scope)  # type: ignore[arg-type]
+
+    def _start_clock(self, scope: Scope) -> None:
+        clock = StageClock()
+        if self._opened is not None:  # the connection's first request
+            clock.mark("connected", self._opened)
+        if self._head_at is not None:
+            clock.mark("head", self._head_at)
+        self._opened = self._head_at = None
+        scope[SCOPE_KEY] = clock
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -1,11 +1,15 @@
 """Where a request's time goes before its first token, and how late the event loop runs.
 
-A request carries a `StageClock` from the moment the ASGI app sees it
-(`ArrivalMiddleware`, the outermost layer) to its first token's bytes handed to
-the connection. Each mark is taken once (the first of a request's `n` choices
-marks it), in this order:
+A request carries a `StageClock` from its connection to its first token's bytes
+handed to the connection. The HTTP protocol (`middleware.TimedH11Protocol`) marks
+when the connection opened (its first request only) and when the request's head
+began to arrive; the app marks the rest. Each mark is taken once (the first of a
+request's `n` choices marks it), in this order:
 
-    arrived   -> handler    the body read, validated and routed (`body`)
+    connected -> head       the client connected, then sent nothing yet (`connect`)
+    head      -> arrived    the head parsed, the app's task started (`head`)
+    arrived   -> read       the body received (`read`)
+    read      -> handler    the body validated and routed (`validate`)
     handler   -> prep_start waiting for a preparation thread (`prep_queue`)
     prep_start-> prep_end   template, tokenizer, limits, grammars (`prepare`)
     prep_end  -> planned    the event loop picks the plan up (`to_loop`)
@@ -14,9 +18,11 @@ marks it), in this order:
     first_out -> sent       the first event with it handed to the connection (`to_client`)
 
 `/metrics` shows each as `augserve_request_stage_seconds{stage=...}`, observed once
-a request's clock is complete (a request that fails before its first token is not
-observed). `LoopLag` measures the event loop itself: a task that sleeps a fixed
-interval and records how late it wakes (`augserve_event_loop_lag_seconds`): any
+a request's clock is complete from `arrived` on (a request that fails before its
+first token is not observed; the two protocol stages where the protocol marked them:
+not on a reused keep-alive connection's `connect`, nor under another HTTP protocol).
+`LoopLag` measures the event loop itself: a task that sleeps a fixed interval and
+records how late it wakes (`augserve_event_loop_lag_seconds`): any
 work that holds the loop shows there, whoever does it.
 """
 
@@ -32,9 +38,14 @@ from prometheus_client import CollectorRegistry, Histogram
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 MARKS = (
-    "arrived", "handler", "prep_start", "prep_end", "planned", "submitted", "first_out", "sent",
+    "connected", "head", "arrived", "read", "handler", "prep_start", "prep_end", "planned",
+    "submitted", "first_out", "sent",
 )  # fmt: skip
-STAGES = ("body", "prep_queue", "prepare", "to_loop", "to_engine", "engine", "to_client")
+STAGES = (
+    "connect", "head", "read", "validate", "prep_queue", "prepare", "to_loop", "to_engine",
+    "engine", "to_client",
+)  # fmt: skip
+REQUIRED = MARKS[MARKS.index("arrived") :]  # the app's own marks
 STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 SCOPE_KEY = "augserve.clock"
@@ -53,25 +64,31 @@ class StageClock:
         self.marks.setdefault(name, time.monotonic() if now is None else now)
 
     def durations(self) -> dict[str, float] | None:
-        """Each stage's seconds, or None while a mark is missing."""
-        if any(m not in self.marks for m in MARKS):
+        """Each stage's seconds where both its marks are taken; None while one of the
+        app's own marks is missing."""
+        if any(m not in self.marks for m in REQUIRED):
             return None
-        t = [self.marks[m] for m in MARKS]
-        return {s: max(0.0, b - a) for s, a, b in zip(STAGES, t[:-1], t[1:], strict=True)}
+        pairs = zip(STAGES, MARKS[:-1], MARKS[1:], strict=True)
+        return {
+            s: max(0.0, self.marks[b] - self.marks[a])
+            for s, a, b in pairs
+            if a in self.marks and b in self.marks
+        }
 
 
 def clock_of(scope: Scope) -> StageClock:
-    """The request's clock (a fresh one, its arrival now, where no middleware set one)."""
+    """The request's clock: the protocol's, else a fresh one; `arrived` marked now if
+    it was not (a request the app sees without `ArrivalMiddleware`)."""
     clock = scope.get(SCOPE_KEY)
     if not isinstance(clock, StageClock):
         clock = StageClock()
-        clock.mark("arrived")
         scope[SCOPE_KEY] = clock
+    clock.mark("arrived")
     return clock
 
 
 class ArrivalMiddleware:
-    """Starts each HTTP request's clock as the app receives it (the outermost layer)."""
+    """Marks each HTTP request's arrival in the app (the outermost layer)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -32,12 +32,14 @@ def _stage_sums(srv: LiveServer) -> dict[str, float]:
     return {s: srv.metric(STAGE + "_sum", stage=s) for s in STAGES}
 
 
-def _stream(srv: LiveServer, seed: int) -> float:
-    """A streamed chat request; the seconds from sending it to its first token's chunk."""
+def _stream(srv: LiveServer, seed: int, client: httpx.Client | None = None) -> float:
+    """A streamed chat request (on a new connection unless `client` is given); the
+    seconds from sending it to its first token's chunk."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "seed": seed,
             "stream": True}  # fmt: skip
     start, first = time.monotonic(), None
-    with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as r:
+    opener: Any = client if client is not None else httpx
+    with opener.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as r:
         assert r.status_code == 200
         for line in r.iter_lines():
             if first is None and line.startswith("data: {"):
@@ -56,9 +58,22 @@ def test_a_clock_marks_each_stage_once_in_order() -> None:
     d = clock.durations()
     assert d is not None and list(d) == list(STAGES)
     assert d == {s: float(2 * k + 1) for k, s in enumerate(STAGES)}  # (k+1)^2 - k^2
-    assert sum(d.values()) == clock.marks["sent"] - clock.marks["arrived"]
+    assert sum(d.values()) == clock.marks["sent"] - clock.marks["connected"]
     with pytest.raises(ValueError, match="unknown mark 'queued'"):
         clock.mark("queued")
+
+
+def test_the_protocol_s_marks_are_optional_the_app_s_are_not() -> None:
+    clock = StageClock()
+    for k, name in enumerate(MARKS[1:]):  # no `connected`: a reused connection
+        clock.mark(name, now=float(k))
+    d = clock.durations()
+    assert d is not None and "connect" not in d and list(d) == list(STAGES[1:])
+    clock = StageClock()
+    for k, name in enumerate(MARKS):
+        if name != "read":
+            clock.mark(name, now=float(k))
+    assert clock.durations() is None  # an app mark missing: not complete
 
 
 def test_a_complete_clock_is_observed_once() -> None:
@@ -82,6 +97,20 @@ def test_a_streamed_request_adds_one_to_every_stage(server: LiveServer) -> None:
     # inside what the client waited, whatever the load
     spent = sum(_stage_sums(server).values()) - sum(sums.values())
     assert 0.0 < spent <= waited
+
+
+def test_a_kept_alive_connection_s_second_request_has_no_connect_stage(
+    server: LiveServer,
+) -> None:
+    server.script(35, "one")
+    server.script(36, "two")
+    before = _stage_counts(server)
+    with httpx.Client() as client:
+        _stream(server, 35, client)
+        _stream(server, 36, client)  # the same connection, kept alive
+    after = _stage_counts(server)
+    added = {s: after[s] - before[s] for s in STAGES}
+    assert added == {s: (1.0 if s == "connect" else 2.0) for s in STAGES}
 
 
 def test_a_request_not_streamed_is_not_observed(server: LiveServer) -> None:
