@@ -7,10 +7,12 @@ unless given) and the metrics around an engine. `serve_forever` runs uvicorn in 
 foreground. The first SIGINT or SIGTERM starts the drain: /health answers 503 at once
 and new requests get 503, while the listener stays open; running requests get
 `shutdown_grace` seconds, the rest are aborted (their clients get finish_reason
-"abort"); then the listener closes, the engine stops, the MCP servers and tool workers
-close, and the process exits 0. A second signal exits at once (status 128 + the signal).
-Slow clients: a request head must arrive within `read_timeout` seconds, each body part
-too; a keep-alive connection idle for `idle_timeout` seconds is closed.
+"abort"); then the listener closes, the answers still being sent get up to
+`shutdown_grace` seconds more to reach their clients, the engine stops, the MCP servers
+and tool workers close, and the process exits 0. A second signal exits at once (status
+128 + the signal). Slow clients: a request head must arrive within `read_timeout`
+seconds, each body part too; a keep-alive connection idle for `idle_timeout` seconds is
+closed.
 `BackgroundServer` runs the same server in a thread (tests, notebooks).
 """
 
@@ -208,7 +210,9 @@ def _config(app: Any, host: str, port: int, log_level: str, state: ServerState) 
         port=port,
         log_level=log_level,
         lifespan="on",
-        timeout_graceful_shutdown=5,
+        # answers already made get the grace to reach their clients (a client that stops
+        # reading is ended by `write_timeout`): a reader slower than the engine is not cut
+        timeout_graceful_shutdown=max(5, round(state.limits.shutdown_grace)),
         timeout_keep_alive=state.limits.idle_timeout,  # type: ignore[arg-type]
         http=timed_protocol(state.limits.read_timeout),
         access_log=False,

@@ -25,7 +25,7 @@ def _row(name: str, server: str = OURS) -> dict[str, Any]:
 def test_the_client_waits_the_docs_state() -> None:
     stages = _row("stages")
     cpu, plain = _row("cpu"), _row("cpu", "vllm")
-    proto = _row("protocol")
+    proto = _row("connect")
     got = [round(r["slo_attainment"] * 100) for r in (stages, cpu, plain, proto)]
     assert got == [70, 73, 73, 47]
     assert [round(r["ttft_p95"], 2) for r in (stages, cpu, plain, proto)] == [1.1, 0.86, 0.63, 2.22]
@@ -35,12 +35,12 @@ def test_the_client_waits_the_docs_state() -> None:
 
 
 def test_the_server_s_own_stages_are_short_and_the_client_s_waits_are_long() -> None:
-    for name in ("stages", "cpu", "protocol"):
+    for name in ("stages", "cpu", "connect"):
         s = _row(name)["stages"]
         assert s["loop_lag"]["p99_le"] <= 0.0025
         assert s["engine"]["mean"] < 0.02 and s["engine"]["p95_le"] <= 0.1
         assert all(s[k]["mean"] < 0.001 and s[k]["count"] == 186 for k in SERVER_WORK if k in s)
-    s = _row("protocol")["stages"]
+    s = _row("connect")["stages"]
     waits = s["connect"]["mean"] + s["read"]["mean"]
     work = sum(s[k]["mean"] for k in SERVER_WORK) + s["engine"]["mean"]
     assert waits > 10 * work
