@@ -59,9 +59,11 @@ class StageClock:
 
     def mark(self, name: str, now: float | None = None) -> None:
         """Mark `name` now, unless it was marked before (the first choice's counts)."""
+        if name in self.marks:  # the common case on the token path: nothing to do
+            return
         if name not in MARKS:
             raise ValueError(f"unknown mark {name!r}; one of {MARKS}")
-        self.marks.setdefault(name, time.monotonic() if now is None else now)
+        self.marks[name] = time.monotonic() if now is None else now
 
     def durations(self) -> dict[str, float] | None:
         """Each stage's seconds where both its marks are taken; None while one of the

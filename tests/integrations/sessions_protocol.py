@@ -1,5 +1,5 @@
 """What every agent-session part run against real vLLM under the protocol must hold
-(q2, q3): its repeat of the committed config, equal memory, the SLO told, quiet."""
+(q2 on): its repeat of the committed config, equal memory, the SLO told, quiet."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+from augserve.bench.capacity import Crossing, crossing
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS = "augserve:augserve-slo+online"
@@ -22,6 +24,14 @@ def attainments(part: dict[str, Any]) -> dict[tuple[float, str], int]:
     return {
         (r["rate"], r["engine"]): round(100 * r["metrics"]["slo_attainment"]) for r in part["rows"]
     }
+
+
+def part_crossing(part: dict[str, Any], engine: str, target: float = 0.9) -> Crossing:
+    """Where `engine`'s attainment over the part's rates crosses `target`."""
+    pts = sorted(
+        (r["rate"], r["metrics"]["slo_attainment"]) for r in part["rows"] if r["engine"] == engine
+    )
+    return crossing([p[0] for p in pts], [p[1] for p in pts], target)
 
 
 def check_part(part: dict[str, Any], config: Path, k: int) -> None:

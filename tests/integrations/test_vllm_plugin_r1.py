@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from augserve.bench.capacity import crossing
+from tests.integrations.sessions_protocol import attainments, part_crossing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "vs_vllm"))
 from bench_tools_protocol import capacities, read  # noqa: E402
@@ -69,13 +69,9 @@ def test_each_part_ran_its_repeat_of_the_committed_config(k: int) -> None:
 
 @pytest.mark.parametrize("k", sorted(PARTS))
 def test_the_attainments_and_crossings_the_docs_state(k: int) -> None:
-    rows = _part(k)["rows"]
-    got = {(r["rate"], r["engine"]): round(100 * r["metrics"]["slo_attainment"]) for r in rows}
-    assert got == STATED[k]
+    assert attainments(_part(k)) == STATED[k]
     for engine, want in CROSSING[k].items():
-        pts = sorted((r["rate"], r["metrics"]["slo_attainment"]) for r in rows
-                     if r["engine"] == engine)  # fmt: skip
-        cross = crossing([p[0] for p in pts], [p[1] for p in pts], 0.9)
+        cross = part_crossing(_part(k), engine)
         assert cross.censored == "" and round(cross.rate, 2) == want
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from augserve.bench.capacity import crossing
 from tests.integrations.sessions_protocol import (
     OURS,
     attainments,
     check_merged,
     check_part,
+    part_crossing,
     read,
 )
 
@@ -55,11 +55,8 @@ def test_the_attainments_the_docs_state(k: int) -> None:
 def test_the_capacities_the_docs_state(k: int) -> None:
     """Part 0: vLLM crosses 90% at 0.66 sessions/s, ours at 0.82 (1.24); part 1: 0.61
     and 0.81 (1.31); part 2: 0.66 and 0.66 (1.00)."""
-    rows = read(PARTS[k])["rows"]
     for engine, want in CAPACITY[k].items():
-        pts = sorted((r["rate"], r["metrics"]["slo_attainment"]) for r in rows
-                     if r["engine"] == engine)  # fmt: skip
-        cross = crossing([p[0] for p in pts], [p[1] for p in pts], 0.9)
+        cross = part_crossing(read(PARTS[k]), engine)
         assert cross.censored == "" and round(cross.rate, 2) == want
 
 

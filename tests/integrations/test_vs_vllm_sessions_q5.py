@@ -9,8 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from augserve.bench.capacity import crossing
-from tests.integrations.sessions_protocol import OURS, attainments, check_part, read
+from tests.integrations.sessions_protocol import (
+    OURS,
+    attainments,
+    check_part,
+    part_crossing,
+    read,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-agent-sessions-q5.json"
@@ -36,12 +41,7 @@ def test_the_attainments_the_docs_state(k: int) -> None:
 def test_part_0s_crossings() -> None:
     """vLLM crosses 90% at 0.70 sessions/s; ours never does on the grid (92% at 1.0):
     censored above, so part 0's ratio is at least 1.0 / 0.70 = 1.44."""
-    rows = read(PARTS[0])["rows"]
-    got = {}
-    for engine in ("vllm", OURS):
-        pts = sorted((r["rate"], r["metrics"]["slo_attainment"]) for r in rows
-                     if r["engine"] == engine)  # fmt: skip
-        got[engine] = crossing([p[0] for p in pts], [p[1] for p in pts], 0.9)
+    got = {engine: part_crossing(read(PARTS[0]), engine) for engine in ("vllm", OURS)}
     assert got["vllm"].censored == "" and round(got["vllm"].rate, 2) == 0.70
     assert got[OURS].censored == "above" and got[OURS].rate == 1.0
     assert round(got[OURS].rate / got["vllm"].rate, 2) == 1.44
