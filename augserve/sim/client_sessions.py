@@ -15,9 +15,10 @@ of its own in the result, as the server counts them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
-from augserve.core.request import FinishReason, Request
+from augserve.core.request import FinishReason, Request, Segment
 from augserve.core.token_ids import synthetic_token_ids
 from augserve.sched.output import SchedulerOutput, StepEvent, StepResult
 
@@ -31,17 +32,23 @@ def with_token_ids(req: Request) -> Request:
     return replace(req, token_ids=ids, session_id=key)
 
 
-def client_results(out: SchedulerOutput) -> dict[str, StepResult]:
-    """A client's report: a segment with a call ends the request with "tool_calls"."""
-    results: dict[str, StepResult] = {}
+def segment_ends(out: SchedulerOutput) -> Iterator[tuple[Request, Segment | None]]:
+    """The requests whose planned segment ends with this step's token, each with that
+    segment (None past the plan: the request ends now)."""
     for chunk in out.chunks:
         if not chunk.sample:
             continue
         req = chunk.request
         segments, k = req.segments, req.segment_index
         seg = segments[k] if k < len(segments) else None
-        if seg is not None and req.segment_generated + 1 < max(1, seg.output_len):
-            continue
+        if seg is None or req.segment_generated + 1 >= max(1, seg.output_len):
+            yield req, seg
+
+
+def client_results(out: SchedulerOutput) -> dict[str, StepResult]:
+    """A client's report: a segment with a call ends the request with "tool_calls"."""
+    results: dict[str, StepResult] = {}
+    for req, seg in segment_ends(out):
         if seg is not None and seg.has_call:
             results[req.request_id] = StepResult(
                 event=StepEvent.FINISH, finish_reason=FinishReason.TOOL_CALLS, tool=seg.tool

@@ -42,7 +42,12 @@ from augserve.core.request import FinishReason, Request
 from augserve.sched.output import SchedulerOutput, SchedulerUpdate, StepEvent, StepResult
 from augserve.sched.prefix_cache import PrefixCacheStats
 from augserve.sched.scheduler import Scheduler
-from augserve.sim.client_sessions import client_results, next_turn, with_token_ids
+from augserve.sim.client_sessions import (
+    client_results,
+    next_turn,
+    segment_ends,
+    with_token_ids,
+)
 from augserve.sim.precompute import PrecomputedPredictor, should_precompute
 
 Observer = Callable[[float, SchedulerOutput, SchedulerUpdate], None]
@@ -52,18 +57,12 @@ _RETURN = 1
 
 
 def step_results(out: SchedulerOutput) -> dict[str, StepResult]:
-    """A trace-driven executor's report: a segment ends after its planned output."""
-    results: dict[str, StepResult] = {}
-    for chunk in out.chunks:
-        if not chunk.sample:
-            continue
-        req = chunk.request
-        segments, k = req.segments, req.segment_index
-        seg = segments[k] if k < len(segments) else None
-        if seg is not None and req.segment_generated + 1 < max(1, seg.output_len):
-            continue  # StepEvent.NONE is the default the scheduler assumes
-        results[req.request_id] = _CALL if seg is not None and seg.has_call else _FINISH
-    return results
+    """A trace-driven executor's report: a segment ends after its planned output (a
+    request absent from the report goes on: StepEvent.NONE is the scheduler's default)."""
+    return {
+        req.request_id: _CALL if seg is not None and seg.has_call else _FINISH
+        for req, seg in segment_ends(out)
+    }
 
 
 _CALL = StepResult(event=StepEvent.CALL)
