@@ -1,0 +1,30 @@
+"""The comparison configs committed before their runs (docs/benchmarking.md): each loads
+(every field valid), is named after its file, and a sensitivity config differs from the
+headline config it varies only where its comment says."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from augserve.bench.protocol import load_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks" / "configs"
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.json")), ids=lambda p: p.stem)
+def test_each_config_loads_and_is_named_after_its_file(path: Path) -> None:
+    assert load_config(path).name == path.stem
+
+
+@pytest.mark.parametrize("scale", [0.3, 0.1])
+def test_the_time_scale_rows_vary_r4_only_in_time_scale_grid_and_split(scale: float) -> None:
+    base = json.loads((CONFIGS / "vs-vllm-tools-r4.json").read_text())
+    row = json.loads((CONFIGS / f"vs-vllm-tools-r4-ts{scale}.json").read_text())
+    changed = {k for k in base.keys() | row.keys() if base.get(k) != row.get(k)}
+    assert changed == {"name", "comment", "time_scale", "rates", "split"}
+    assert row["time_scale"] == scale and row["rates"][:3] == base["rates"]
+    assert row["slo"] == base["slo"] and row["memory"] == base["memory"]
+    assert row["comment"].startswith("NOT RUN YET")
