@@ -5,13 +5,16 @@ request, asks our predictor for it and feeds it to one of our ranking policies
 (`augserve.sched.policies`), so the engine's queues are ordered by the same code
 our own scheduler runs; nothing here restates a formula. A tool call passes
 through the engine one of two ways (docs/vllm-plugin.md, "Context policies"): a
-resubmission of the whole context as a new request in the same session (`arrive`:
-a return, Preserve where the prefix cache still held the context, else Discard), or
-a resumable streaming-input session's pause (`stream_paused`: the policy chooses
-Preserve or Discard; no per-request Swap). Each request is costed with the policy
-that will apply to its calls (`forced_context_policy`: Discard for resubmissions;
-a resumable one unforced, or forced by `augserve_context` or
-`stream_context="preserve"`). What is predicted and learned: `predictions.py`.
+resubmission of the whole context as a new request in the same session (`finish`:
+the policy chooses whether the engine holds the ended turn's KV through the call,
+`holds.py`; `arrive`: a return, Preserve where the held blocks or the prefix cache
+kept the context, else Discard), or a resumable streaming-input session's pause
+(`stream_paused`: the policy chooses Preserve or Discard; no per-request Swap). Each
+request is costed with the policy that will apply to its calls
+(`forced_context_policy`: unforced for a session's turns and resumable requests,
+Discard for a request without a session or under `client_sessions="discard"`, or
+forced by `augserve_context` or `stream_context="preserve"`). What is predicted and
+learned: `predictions.py`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from augserve.core.prediction import Predictor
 from augserve.core.request import CallRecord, ContextPolicy, Request, RequestStatus, Segment
 from augserve.integrations.engine_facts import EngineFacts, plugin_config
 from augserve.integrations.options import PluginOptions
-from augserve.integrations.pauses import unforced_pause_policy
+from augserve.integrations.pauses import session_hold, unforced_pause_policy
 from augserve.integrations.predictions import PluginPredictions
 from augserve.integrations.sessions import EndedTurn, EndedTurns, continue_turn
 from augserve.predict.base import make_predictor
@@ -67,7 +70,7 @@ class PolicyBridge:
         self.decisions: deque[dict[str, Any]] = deque(maxlen=options.decision_log or 1)
         self.counts: dict[str, int] = {
             "arrivals": 0, "returns_preserve": 0, "returns_discard": 0,
-            "pauses_preserve": 0, "pauses_discard": 0,
+            "pauses_preserve": 0, "pauses_discard": 0, "holds_preserve": 0, "holds_discard": 0,
         }  # fmt: skip
 
     # --- LoadView ------------------------------------------------------------------
@@ -92,9 +95,14 @@ class PolicyBridge:
         """A new engine request: a conversation's next turn if `session` ended a turn
         whose context this one extends, else a new request. Without a `plan` the
         predictor plans it; `max_tokens` caps what this turn may generate; `hold` forces
-        the context policy of a resumable request's pauses (else the policy chooses)."""
+        the context policy of a resumable request's pauses, or of the call after a
+        session's turn (else the policy chooses)."""
         if resumable:
             self._call_policy[request_id] = hold or self._stream_default
+        elif self.options.client_sessions == "choose" and session:
+            self._call_policy[request_id] = hold  # None: the policy chooses (`finish`)
+        else:
+            self._call_policy[request_id] = DISCARD  # each call frees it: a resubmission
         ended = self._ended.take(session, now)
         if ended is not None and num_tokens >= ended.context_len:
             kept = cached_tokens + self.facts.block_size > ended.context_len
@@ -108,7 +116,7 @@ class PolicyBridge:
             self._base_generated[request_id] = ended.mirror.num_generated_tokens
             self._cap(mirror, max_tokens)
             self.predictions.call_returned(mirror)
-            return self._admit(mirror, resumable, now, applied)
+            return self._admit(mirror, now, applied)
         if ended is not None:
             self._unanswered(ended)
         mirror = Request(
@@ -120,7 +128,7 @@ class PolicyBridge:
         )
         self._base_generated[request_id] = 0
         self._cap(mirror, max_tokens)
-        return self._admit(mirror, resumable, now, None)
+        return self._admit(mirror, now, None)
 
     @staticmethod
     def _cap(mirror: Request, max_tokens: int | None) -> None:
@@ -155,7 +163,7 @@ class PolicyBridge:
         mirror = continue_turn(old, request_id, num_tokens, ctx, start, now, plan)
         mirror.max_tokens = old.max_tokens
         self.predictions.call_returned(mirror)
-        self._admit(mirror, True, now, applied)
+        self._admit(mirror, now, applied)
 
     def stream_paused(self, request_id: str, now: float, context_len: int) -> ContextPolicy:
         """A resumable session ended a turn with `context_len` tokens of KV and waits for
@@ -182,13 +190,9 @@ class PolicyBridge:
         policy = self._policy(mirror.request_id)
         return unforced_pause_policy(policy, mirror, now, self._running_tokens, self.latency)
 
-    def _admit(
-        self, mirror: Request, resumable: bool, now: float, applied: ContextPolicy | None
-    ) -> Request:
+    def _admit(self, mirror: Request, now: float, applied: ContextPolicy | None) -> Request:
         rid = mirror.request_id
         mirror.last_scheduled_time = now
-        if not resumable:
-            self._call_policy[rid] = DISCARD
         self.predictions.predict(mirror)
         policy = self._policy(rid)
         if applied is None:
@@ -211,14 +215,16 @@ class PolicyBridge:
         num_output: int,
         session: str | None = None,
         ended_ok: bool = True,
-    ) -> None:
-        """The engine freed the request (`num_tokens` in its context, `num_output` of them
+    ) -> float | None:
+        """The engine frees the request (`num_tokens` in its context, `num_output` of them
         generated in this turn). A turn that ended normally in a session is kept for its
-        resubmission."""
+        resubmission; returns the predicted call time where the engine should hold the
+        turn's KV blocks until then (`holds.py`), else None."""
         mirror = self._live.get(request_id)
         if mirror is None:
-            return
+            return None
         self.sync(request_id, num_tokens, num_tokens, num_output, running=False)
+        hold = self._session_hold(mirror, now) if session and ended_ok else None
         del self._live[request_id]
         self._base_generated.pop(request_id, None)
         self._policy(request_id).forget(request_id)
@@ -228,6 +234,22 @@ class PolicyBridge:
             self._ended.put(session, mirror, now)  # a call, if its resubmission comes
         elif ended_ok:
             self.predictions.segment_ended(mirror, in_call=False)
+        return hold
+
+    def _session_hold(self, mirror: Request, now: float) -> float | None:
+        """The predicted call after a session's turn where our policy keeps the turn's KV
+        through it, else None (`pauses.session_hold`; asked before the request's policy
+        forgets it)."""
+        forced = self._call_policy.get(mirror.request_id, DISCARD)
+        if forced is DISCARD:
+            return None  # no session, `client_sessions="discard"` or `augserve_context`
+        self.predictions.predict(mirror)  # the call that follows, if one is predicted
+        policy = self._policy(mirror.request_id)
+        choice = forced or session_hold(policy, mirror, now, self._running_tokens, self.latency)
+        if choice is None:
+            return None
+        self.counts[f"holds_{choice.value}"] += 1
+        return (mirror.pred_call_time or 0.0) if choice is PRESERVE else None
 
     def has_ended_turn(self, session: str, now: float) -> bool:
         """Whether `session` ended a turn whose resubmission is still expected."""

@@ -42,8 +42,13 @@ class PluginOptions:
     stream_context: at a resumable streaming session's pause, `choose` (our policy's
         choice: Preserve holds the KV, Discard releases it to the prefix cache) or
         `preserve` (always hold it); a request's `augserve_context` overrides it.
+    client_sessions: at the end of a session's turn (`session_id`) followed by a
+        predicted call, `choose` (our policy's choice: Preserve holds the turn's KV
+        blocks until its next turn is scheduled, `holds.py`; Discard frees them into
+        vLLM's prefix cache) or `discard` (always free them: vLLM's own behaviour).
     session_ttl_s / max_sessions: how long and how many ended turns are remembered
-        so that a resubmitted context is recognized as a call's return.
+        so that a resubmitted context is recognized as a call's return (and how long,
+        at most, a held turn waits for its next turn to be scheduled).
     decision_log: keep the last N steps' decisions (budget, order, scheduled ids)
         for tests and diagnostics; 0 keeps none.
     """
@@ -60,6 +65,7 @@ class PluginOptions:
     slo_norm_latency: float | None = None
     slo_reserve: float | None = None
     stream_context: str = "choose"
+    client_sessions: str = "choose"
     session_ttl_s: float = 600.0
     max_sessions: int = 100_000
     decision_log: int = 0
@@ -94,6 +100,11 @@ class PluginOptions:
             raise ValueError(
                 f"PluginOptions.stream_context must be choose or preserve, got "
                 f"{self.stream_context!r}"
+            )
+        if self.client_sessions not in ("choose", "discard"):
+            raise ValueError(
+                f"PluginOptions.client_sessions must be choose or discard, got "
+                f"{self.client_sessions!r}"
             )
         if self.session_ttl_s <= 0:
             raise ValueError(f"PluginOptions.session_ttl_s must be > 0, got {self.session_ttl_s}")

@@ -11,13 +11,17 @@ structured output); before each step it
 2. orders `running` by our policy's preempt key (non-aging: vLLM offers running
    requests the budget in list order and preempts the last one) and both waiting
    queues by the policy's sort key (AugServe: value density, which ages);
-3. sets the step's token budget to our dynamic budget over vLLM's free blocks
-   (its free count includes the evictable prefix-cache blocks, our reclaimable).
+3. frees the client sessions' turns it holds that are past their time or in the
+   step's way (`vllm_holds.py`), and sets the step's token budget to our dynamic
+   budget over vLLM's free blocks (its free count includes the evictable
+   prefix-cache blocks) and the held ones (our reclaimable).
 
 Arrivals are predicted and costed in `add_request`; a turn that ends is
 remembered by session (`session_id`, or `augserve_session` in the extra args) so
-that its resubmission is refined as a call's return; resumable streaming-input
-sessions are Preserve. Options: `augserve.integrations.options`. The scheduler
+that its resubmission is refined as a call's return, and where our policy
+chooses Preserve for the call predicted after it, its KV blocks are held until
+that resubmission is scheduled (`holds.py`); resumable streaming-input sessions
+are Preserve. Options: `augserve.integrations.options`. The scheduler
 interface is not public in vLLM: versions in `SUPPORTED_VLLM` are the tested ones.
 """
 
@@ -40,6 +44,7 @@ from augserve.integrations.bridge import PolicyBridge
 from augserve.integrations.engine_facts import EngineFacts
 from augserve.integrations.options import load_options
 from augserve.integrations.plan import hold_of, kind_of, plan_for, session_of
+from augserve.integrations.vllm_holds import SessionHoldsMixin
 
 SUPPORTED_VLLM = ("0.32.0", "0.33.0")
 STATS_INTERVAL_S = 60.0
@@ -52,7 +57,7 @@ def _extra(request: Request) -> dict[str, Any] | None:
     return None if params is None else params.extra_args
 
 
-class _AugServeMixin:
+class _AugServeMixin(SessionHoldsMixin):
     """Our ranking and budget over a vLLM v1 scheduler (see the module docstring)."""
 
     augserve: PolicyBridge
@@ -81,6 +86,7 @@ class _AugServeMixin:
         self.augserve = PolicyBridge(options, facts)
         self._static_budget: int = sched.max_num_scheduled_tokens
         self._released: set[str] = set()  # paused sessions whose KV was discarded
+        self._init_holds(options.session_ttl_s)
         self._stats = {"steps": 0, "budget_sum": 0, "shrunk": 0}
         self._stats_at = time.monotonic()
         logger.info(
@@ -115,6 +121,7 @@ class _AugServeMixin:
         extra = _extra(request)
         session = session_of(extra, request.session_id)
         cached = 0
+        self._successor(session, request.request_id)
         if session is not None and self.augserve.has_ended_turn(session, now):
             sched: Any = self
             cached = sched.kv_cache_manager.get_computed_blocks(request)[1]
@@ -185,16 +192,24 @@ class _AugServeMixin:
             sched.waiting.add_request(request)
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
-        result = super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
-        self._released.discard(request.request_id)
-        self.augserve.finish(
+        now = time.monotonic()
+        session = session_of(_extra(request), request.session_id)
+        call_s = self.augserve.finish(
             request.request_id,
-            time.monotonic(),
+            now,
             num_tokens=request.num_tokens,
             num_output=request.num_output_tokens,
-            session=session_of(_extra(request), request.session_id),
+            session=session,
             ended_ok=request.status in _ENDED_OK,
         )
+        if call_s is not None and session is not None:
+            self._hold_at_free(request.request_id, session, call_s, now)  # `_free_blocks`
+        try:
+            result = super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._hold_next = None
+        self._released.discard(request.request_id)
+        self._release_after_step(now, (), gone=(request.request_id,))
         return result
 
     # --- each step -------------------------------------------------------------------
@@ -202,10 +217,13 @@ class _AugServeMixin:
         sched: Any = self
         now = time.monotonic()
         candidates = self._rank(now)
+        sched.max_num_scheduled_tokens = self._static_budget
+        held = self._release_before_step(now)
         free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
-        budget = self.augserve.token_budget(free, 0)
+        budget = self.augserve.token_budget(free, held)
         sched.max_num_scheduled_tokens = self._static_budget if budget is None else budget
         out: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        self._release_after_step(now, out.num_scheduled_tokens)
         self.augserve.scheduled(out.num_scheduled_tokens, candidates, now)
         self._count(sched.max_num_scheduled_tokens, now)
         if self.augserve.options.decision_log:
@@ -231,8 +249,9 @@ class _AugServeMixin:
         c = self.augserve.counts
         logger.info(
             "augserve: %d steps, mean budget %.0f (%d below T_max); %d arrivals, returns "
-            "%d preserve / %d discard", st["steps"], st["budget_sum"] / st["steps"],
-            st["shrunk"], c["arrivals"], c["returns_preserve"], c["returns_discard"],
+            "%d preserve / %d discard; session turns held %d (%s)", st["steps"],
+            st["budget_sum"] / st["steps"], st["shrunk"], c["arrivals"], c["returns_preserve"],
+            c["returns_discard"], len(self._holds), self._holds.counts,
         )  # fmt: skip
         self._stats = {"steps": 0, "budget_sum": 0, "shrunk": 0}
         self._stats_at = now

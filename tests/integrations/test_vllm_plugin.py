@@ -120,6 +120,23 @@ def test_resubmitted_context_is_a_return_refined_by_the_prefix_cache(
     assert kept["answered"] == reset["answered"] == 4
 
 
+def test_a_held_session_turn_keeps_its_blocks_until_its_resubmission_runs(
+    runs: dict[str, Any],
+) -> None:
+    """`augserve_context: preserve` on a session's turn: vLLM's `_free_blocks` leaves its
+    4 blocks (105 computed tokens of 32) referenced; the resubmission finds the context
+    (a Preserve return), and once it has run they are free again. A second held turn
+    is freed for a request that needs the whole cache, which then runs."""
+    h = runs["class"][0]["held"]
+    assert h["holding"]["holds"] == 1 and h["holding"]["blocks"] == 4
+    assert h["holding"]["free"] == h["before"] - 4
+    assert h["mirror"]["calls"] == [[5, "preserve"]] and h["answered"] == 4
+    assert h["after"] == {"holds": 0, "free": h["before"]}
+    p = h["pressed"]
+    assert p["holds"] == 1 and p["holds_after"] == 0 and p["answered"] == 4
+    assert p["counts"]["pressure"] == 1 and p["counts"]["taken_over"] == 1
+
+
 def test_streaming_session_pauses_with_its_kv_and_resumes_as_preserve(
     runs: dict[str, Any],
 ) -> None:

@@ -8,7 +8,8 @@ dotted name in vLLM's default multiprocess mode; `default` (vLLM's own
 scheduler) and `class` (our class object) run in-process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0), and `class` then drives the EngineCore
 step by step: a crafted batch under a tight budget, a resubmitted turn
-(Discard with reuse) and a resumable streaming session (Preserve), reporting
+(Discard with reuse), a session's turn held through its call and a resumable
+streaming session (Preserve), reporting
 the scheduler's decisions, its mirrors and what its online predictor
 learned. One engine config for all: a
 128-token budget and 36 KV blocks of 32 tokens.
@@ -179,6 +180,37 @@ def streamed(d: Driver, rng: random.Random, hold: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def held(d: Driver, rng: random.Random) -> dict[str, Any]:
+    """A session's turn ends with `augserve_context: preserve`: its blocks stay held (out
+    of the free count) until its resubmission is scheduled; a second held turn is freed
+    by a request that needs its blocks."""
+    pool = d.sched.kv_cache_manager.block_pool
+    ids = [rng.randrange(3, 4000) for _ in range(100)]
+    extra = {"augserve_session": "s-held", "augserve_context": "preserve"}
+    before = pool.get_num_free_blocks()
+    d.submit("h0", ids, 6, extra=extra)
+    d.run()
+    holding = {"holds": len(d.sched._holds), "blocks": d.sched._holds.blocks(),
+               "free": pool.get_num_free_blocks()}  # fmt: skip
+    ctx = ids + d.tokens["h0"] + [rng.randrange(3, 4000) for _ in range(5)]
+    d.submit("h1", ctx, 4, extra={"augserve_session": "s-held"})
+    info = mirror_info(d.sched, "h1")
+    d.run()
+    after = {"holds": len(d.sched._holds), "free": pool.get_num_free_blocks()}
+    d.submit("p0", [rng.randrange(3, 4000) for _ in range(200)], 4,
+             extra={"augserve_session": "s-press", "augserve_context": "preserve"})  # fmt: skip
+    d.run()
+    pressed = {"holds": len(d.sched._holds)}
+    d.submit("fill2", [rng.randrange(3, 4000) for _ in range(1015)], 4)
+    d.run()
+    pressed.update(holds_after=len(d.sched._holds), counts=dict(d.sched._holds.counts),
+                   answered=len(d.tokens.get("fill2", [])))  # fmt: skip
+    return {
+        "before": before, "holding": holding, "mirror": info, "after": after,
+        "answered": len(d.tokens.get("h1", [])), "pressed": pressed,
+    }  # fmt: skip
+
+
 def _aborted() -> Any:
     from vllm.v1.request import RequestStatus
 
@@ -199,6 +231,7 @@ def drive(llm: Any) -> dict[str, Any]:
     out["reset"] = resubmitted(d, rng, reset=True)
     out["stream"] = streamed(d, rng, "preserve")
     out["stream_discard"] = streamed(d, rng, "discard")
+    out["held"] = held(d, rng)
     out["unplanned"] = unplanned(d, rng)
     out["sessions_left"] = d.sched.augserve.num_sessions()
     out["learned"] = dict(d.sched.augserve.predictions.counts)

@@ -1,0 +1,106 @@
+"""Client sessions' KV held through their calls, on vLLM's v1 scheduler (`holds.py` says what
+and why; this is the glue, mixed into `vllm.AugServeScheduler`).
+
+vLLM frees a finished request in `_free_request`, whose last act is `_free_blocks`:
+the blocks go back to the pool, into the prefix cache where they carry a hash. For a
+turn our policy holds, `_free_blocks` leaves them referenced (the request leaves
+`requests` as usual; the workers were told it finished, and its blocks' contents stay
+where they are, since nothing can allocate them). The session's next turn finds them
+by its prefix lookup like any cached block, and once it has been scheduled (it now
+references the shared blocks itself) the old turn's blocks are freed as vLLM would
+have freed them. Before each step, holds past their time are freed, and so many more,
+latest predicted return first, that the step's need fits in the free blocks; the
+dynamic budget counts the held blocks as reclaimable. vLLM is not imported here: the
+scheduler is reached through `self`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from augserve.integrations.holds import Held, SessionHolds
+
+
+class SessionHoldsMixin:
+    """`_free_blocks` and the release points; `_AugServeMixin` calls `_hold_at_free`,
+    `_release_before_step`, `_release_after_step` and `_successor`."""
+
+    _holds: SessionHolds
+    _hold_next: tuple[str, str, float, float] | None  # request id, session, call s, now
+
+    def _init_holds(self, ttl_s: float) -> None:
+        self._holds = SessionHolds(ttl_s)
+        self._hold_next = None
+
+    def _hold_at_free(self, request_id: str, session: str, call_s: float, now: float) -> None:
+        """The request now being freed is held (in `_free_blocks`)."""
+        self._hold_next = (request_id, session, call_s, now)
+
+    def _free_blocks(self, request: Any) -> None:
+        sched: Any = self
+        nxt, self._hold_next = self._hold_next, None
+        if nxt is None or nxt[0] != request.request_id:
+            super()._free_blocks(request)  # type: ignore[misc]
+            return
+        _, session, call_s, now = nxt
+        blocks = -(-request.num_computed_tokens // sched.block_size)
+        for old in self._holds.hold(request.request_id, request, session, blocks, now, call_s):
+            self._unhold(old)
+        del sched.requests[request.request_id]
+
+    def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> bool:
+        """vLLM resets its prefix cache only when no block is in use: the held turns
+        are freed first (a reset would lose their contexts anyway)."""
+        for held in self._holds.release_all():
+            self._unhold(held)
+        done: bool = super().reset_prefix_cache(*args, **kwargs)  # type: ignore[misc]
+        return done
+
+    def _unhold(self, held: Held) -> None:
+        """Free a held turn's blocks as vLLM frees a finished request's."""
+        sched: Any = self
+        free = getattr(sched, "_free_request_blocks", None)  # defers past in-flight steps
+        if free is not None:
+            free(held.request)
+        else:
+            sched.kv_cache_manager.free(held.request)
+
+    def _successor(self, session: str | None, request_id: str) -> None:
+        self._holds.successor_arrived(session, request_id, time.monotonic())
+
+    def _release_before_step(self, now: float) -> int:
+        """Free the holds past their time, then as many as the step needs; returns the
+        blocks still held (reclaimable)."""
+        sched: Any = self
+        for held in self._holds.due(now, ()):
+            self._unhold(held)
+        if len(self._holds):
+            free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+            for held in self._holds.victims(free, self._block_need()):
+                self._unhold(held)
+        return self._holds.blocks()
+
+    def _release_after_step(self, now: float, scheduled: Any, gone: Any = ()) -> None:
+        """Free the holds whose next turn was scheduled, or left unscheduled (`gone`)."""
+        if len(self._holds):
+            for held in self._holds.due(now, scheduled, gone):
+                self._unhold(held)
+
+    def _block_need(self) -> int:
+        """Blocks the next step may allocate: one for each running request, and the
+        prompts of the waiting ones that fit its token budget and seats (a held
+        session's next turn without the blocks it will find)."""
+        sched: Any = self
+        bs = sched.block_size
+        need = len(sched.running)
+        budget = sched.max_num_scheduled_tokens
+        seats = sched.max_num_running_reqs - len(sched.running)
+        for req in sched.waiting:
+            if budget <= 0 or seats <= 0:
+                break
+            todo = min(budget, max(0, req.num_tokens - req.num_computed_tokens))
+            need += max(0, -(-todo // bs) - self._holds.covered(req.request_id))
+            budget -= todo
+            seats -= 1
+        return need
