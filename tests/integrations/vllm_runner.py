@@ -231,11 +231,11 @@ def drive(llm: Any) -> dict[str, Any]:
     out["reset"] = resubmitted(d, rng, reset=True)
     out["stream"] = streamed(d, rng, "preserve")
     out["stream_discard"] = streamed(d, rng, "discard")
-    out["held"] = held(d, rng)
     out["unplanned"] = unplanned(d, rng)
     out["sessions_left"] = d.sched.augserve.num_sessions()
     out["learned"] = dict(d.sched.augserve.predictions.counts)
     out["predictor"] = d.sched.augserve.predictor.name
+    out["held"] = held(d, rng)  # last: what was learned before it is counted above
     return out
 
 
