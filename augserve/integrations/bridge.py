@@ -28,6 +28,7 @@ from augserve.core.prediction import Predictor
 from augserve.core.request import CallRecord, ContextPolicy, Request, RequestStatus, Segment
 from augserve.integrations.engine_facts import EngineFacts, plugin_config
 from augserve.integrations.options import PluginOptions
+from augserve.integrations.overload import EngineGateMemory, admitted_count
 from augserve.integrations.pauses import session_hold, unforced_pause_policy
 from augserve.integrations.predictions import PluginPredictions
 from augserve.integrations.sessions import EndedTurn, EndedTurns, continue_turn
@@ -307,6 +308,18 @@ class PolicyBridge:
         live = [self._live[c] for c in candidates if c in self._live]
         for policy in self._policies.values():
             policy.after_schedule(live, ran, now)
+
+    def admissions(
+        self, running: Iterable[str], waiting: Sequence[str], memory: EngineGateMemory
+    ) -> int:
+        """How many of `waiting` (in our order) our policy's admission gate lets through
+        this step (`overload.py`); all of them for a policy without a gate."""
+        frac = self._policies[None].admission_growth()
+        if frac is None:
+            return len(waiting)
+        known = [self._live[i] for i in waiting if i in self._live]  # unknown ones: last
+        n = admitted_count(frac, [self._live[i] for i in running if i in self._live], known, memory)
+        return n if n < len(known) else len(waiting)
 
     def token_budget(self, free_blocks: int, reclaimable_blocks: int) -> int | None:
         """The dynamic budget for the next step, or None where the policy's is static."""

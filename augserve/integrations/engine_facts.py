@@ -40,4 +40,5 @@ def plugin_config(options: PluginOptions, facts: EngineFacts) -> SchedulerConfig
         slo_ttft=options.slo_ttft,
         slo_norm_latency=options.slo_norm_latency,
         slo_reserve=options.slo_reserve,
+        admit_growth=options.admit_growth,
     )

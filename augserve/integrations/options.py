@@ -39,6 +39,9 @@ class PluginOptions:
     slo_ttft / slo_norm_latency / slo_reserve: `augserve-slo`'s SLO (seconds, seconds
         per token) and rescue reserve (per second); None takes the policy's defaults
         (the profile's: TTFT 1 s, 10 decode iterations per token; 0.05/s).
+    admit_growth: `augserve-slo`'s admission gate (`overload.py`): the share of the
+        running requests' predicted growth kept free when a waiting request is let
+        through; None takes the policy's own (0.2), 0 turns the gate off.
     stream_context: at a resumable streaming session's pause, `choose` (our policy's
         choice: Preserve holds the KV, Discard releases it to the prefix cache) or
         `preserve` (always hold it); a request's `augserve_context` overrides it.
@@ -64,6 +67,7 @@ class PluginOptions:
     slo_ttft: float | None = None
     slo_norm_latency: float | None = None
     slo_reserve: float | None = None
+    admit_growth: float | None = None
     stream_context: str = "choose"
     client_sessions: str = "choose"
     session_ttl_s: float = 600.0
@@ -96,6 +100,8 @@ class PluginOptions:
                 raise ValueError(f"PluginOptions.{name} must be > 0, got {value}")
         if self.slo_reserve is not None and not self.slo_reserve >= 0:
             raise ValueError(f"PluginOptions.slo_reserve must be >= 0, got {self.slo_reserve}")
+        if self.admit_growth is not None and not self.admit_growth >= 0:
+            raise ValueError(f"PluginOptions.admit_growth must be >= 0, got {self.admit_growth}")
         if self.stream_context not in ("choose", "preserve"):
             raise ValueError(
                 f"PluginOptions.stream_context must be choose or preserve, got "

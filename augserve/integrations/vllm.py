@@ -12,9 +12,11 @@ structured output); before each step it
    requests the budget in list order and preempts the last one) and both waiting
    queues by the policy's sort key (AugServe: value density, which ages);
 3. frees the client sessions' turns it holds that are past their time or in the
-   step's way (`vllm_holds.py`), and sets the step's token budget to our dynamic
+   step's way (`vllm_memory.py`), and sets the step's token budget to our dynamic
    budget over vLLM's free blocks (its free count includes the evictable
-   prefix-cache blocks) and the held ones (our reclaimable).
+   prefix-cache blocks) and the held ones (our reclaimable);
+4. where the policy gates admission (`augserve-slo`), shows vLLM only the waiting
+   requests the gate lets through this step (`overload.py`).
 
 Arrivals are predicted and costed in `add_request`; a turn that ends is
 remembered by session (`session_id`, or `augserve_session` in the extra args) so
@@ -44,7 +46,7 @@ from augserve.integrations.bridge import PolicyBridge
 from augserve.integrations.engine_facts import EngineFacts
 from augserve.integrations.options import load_options
 from augserve.integrations.plan import hold_of, kind_of, plan_for, session_of
-from augserve.integrations.vllm_holds import SessionHoldsMixin
+from augserve.integrations.vllm_memory import KVMemoryMixin
 
 SUPPORTED_VLLM = ("0.32.0", "0.33.0")
 STATS_INTERVAL_S = 60.0
@@ -57,7 +59,7 @@ def _extra(request: Request) -> dict[str, Any] | None:
     return None if params is None else params.extra_args
 
 
-class _AugServeMixin(SessionHoldsMixin):
+class _AugServeMixin(KVMemoryMixin):
     """Our ranking and budget over a vLLM v1 scheduler (see the module docstring)."""
 
     augserve: PolicyBridge
@@ -87,7 +89,7 @@ class _AugServeMixin(SessionHoldsMixin):
         self._static_budget: int = sched.max_num_scheduled_tokens
         self._released: set[str] = set()  # paused sessions whose KV was discarded
         self._init_holds(options.session_ttl_s)
-        self._stats = {"steps": 0, "budget_sum": 0, "shrunk": 0}
+        self._stats = {"steps": 0, "budget_sum": 0, "shrunk": 0, "gated": 0}
         self._stats_at = time.monotonic()
         logger.info(
             "augserve scheduler: policy %s, predictor %s, profile %s, %s budget (T_max %d), "
@@ -222,8 +224,13 @@ class _AugServeMixin(SessionHoldsMixin):
         free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
         budget = self.augserve.token_budget(free, held)
         sched.max_num_scheduled_tokens = self._static_budget if budget is None else budget
-        out: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        deferred = self._gate_waiting(held)
+        try:
+            out: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._ungate(deferred)
         self._release_after_step(now, out.num_scheduled_tokens)
+        self._stats["gated"] += bool(deferred)
         self.augserve.scheduled(out.num_scheduled_tokens, candidates, now)
         self._count(sched.max_num_scheduled_tokens, now)
         if self.augserve.options.decision_log:
@@ -248,12 +255,12 @@ class _AugServeMixin(SessionHoldsMixin):
             return
         c = self.augserve.counts
         logger.info(
-            "augserve: %d steps, mean budget %.0f (%d below T_max); %d arrivals, returns "
-            "%d preserve / %d discard; session turns held %d (%s)", st["steps"],
-            st["budget_sum"] / st["steps"], st["shrunk"], c["arrivals"], c["returns_preserve"],
-            c["returns_discard"], len(self._holds), self._holds.counts,
+            "augserve: %d steps, mean budget %.0f (%d below T_max, %d gated); %d arrivals, "
+            "returns %d preserve / %d discard; session turns held %d (%s)", st["steps"],
+            st["budget_sum"] / st["steps"], st["shrunk"], st["gated"], c["arrivals"],
+            c["returns_preserve"], c["returns_discard"], len(self._holds), self._holds.counts,
         )  # fmt: skip
-        self._stats = {"steps": 0, "budget_sum": 0, "shrunk": 0}
+        self._stats = {"steps": 0, "budget_sum": 0, "shrunk": 0, "gated": 0}
         self._stats_at = now
 
     def _rank(self, now: float) -> list[str]:

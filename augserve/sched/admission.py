@@ -23,21 +23,54 @@ the simulator and the engine decide alike.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from augserve.core.request import Request
 from augserve.sched.kv_manager import KVCacheManager
 from augserve.sched.slo import predicted_left
 
 
-class GrowthGate:
-    """One iteration's admission gate (built by the packer when the policy asks)."""
+class GateMemory(Protocol):
+    """What the gate reads of an engine's KV memory, in blocks."""
 
-    def __init__(self, frac: float, kv: KVCacheManager, holders: Sequence[Request]) -> None:
+    num_device_blocks: int
+
+    def blocks_for(self, num_tokens: int) -> int: ...
+
+    def held_blocks(self, req: Request) -> int: ...
+
+    def room(self) -> int:
+        """Blocks free or reclaimable now."""
+        ...
+
+
+class KVGateMemory:
+    """Our engine's and the simulator's memory (`KVCacheManager`), read live: the packer
+    allocates between the gate's questions."""
+
+    def __init__(self, kv: KVCacheManager) -> None:
+        self.kv = kv
+        self.num_device_blocks = kv.pool.num_device_blocks
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return self.kv.pool.blocks_for(num_tokens)
+
+    def held_blocks(self, req: Request) -> int:
+        return len(req.block_ids) + len(req.host_block_ids)
+
+    def room(self) -> int:
+        return self.kv.pool.num_free_device + self.kv.reclaimable_blocks()
+
+
+class GrowthGate:
+    """One iteration's admission gate (built by the packer when the policy asks; the
+    vLLM plugin builds one over vLLM's blocks, `integrations/overload.py`)."""
+
+    def __init__(self, frac: float, memory: GateMemory, holders: Sequence[Request]) -> None:
         if not frac >= 0.0:
             raise ValueError(f"GrowthGate.frac must be >= 0, got {frac}")
         self.frac = frac
-        self.kv = kv
-        self.pool = kv.pool
+        self.memory = memory
         self.any_holder = bool(holders)
         self.reserve = frac * sum(self.growth(r) for r in holders)
         self.closed = False
@@ -45,7 +78,7 @@ class GrowthGate:
     def growth(self, req: Request) -> int:
         """Blocks the request is predicted to add before its segment ends."""
         tokens = req.num_tokens + predicted_left(req)
-        blocks = self.pool.blocks_for(int(tokens)) - len(req.block_ids) - len(req.host_block_ids)
+        blocks = self.memory.blocks_for(int(tokens)) - self.memory.held_blocks(req)
         return blocks if blocks > 0 else 0
 
     def admits(self, req: Request) -> bool:
@@ -54,9 +87,8 @@ class GrowthGate:
             return False
         if not self.any_holder:
             return True
-        need = min(self.growth(req), self.pool.num_device_blocks)
-        room = self.pool.num_free_device + self.kv.reclaimable_blocks()
-        if need + self.reserve > room:
+        need = min(self.growth(req), self.memory.num_device_blocks)
+        if need + self.reserve > self.memory.room():
             self.closed = True
             return False
         return True

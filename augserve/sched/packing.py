@@ -37,7 +37,7 @@ from typing import Any
 
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import Request
-from augserve.sched.admission import GrowthGate
+from augserve.sched.admission import GrowthGate, KVGateMemory
 from augserve.sched.kv_manager import KVCacheManager
 from augserve.sched.output import ScheduledChunk
 from augserve.sched.policies.base import RankingPolicy
@@ -103,7 +103,7 @@ class Packer:
         self.reclaim_exhausted = not kv.has_reclaimable
         self.block_size = config.block_size
         frac = policy.admission_growth()
-        self.gate = GrowthGate(frac, kv, self.holders) if frac is not None else None
+        self.gate = GrowthGate(frac, KVGateMemory(kv), self.holders) if frac is not None else None
         # growth first (`progress.py`): the holders cannot all grow from free + reclaimable
         self.short = (
             config.growth_first

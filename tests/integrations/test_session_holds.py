@@ -1,5 +1,5 @@
 """Client sessions' KV held through their calls inside vLLM (`integrations/holds.py`,
-`vllm_holds.py`, `PolicyBridge.finish`), without vLLM: the bookkeeping, the policy's
+`vllm_memory.py`, `PolicyBridge.finish`), without vLLM: the bookkeeping, the policy's
 choice, and the scheduler glue over a stand-in for vLLM's scheduler."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from augserve.core.request import ContextPolicy
 from augserve.integrations.holds import GRACE_S, SessionHolds
-from augserve.integrations.vllm_holds import SessionHoldsMixin
+from augserve.integrations.vllm_memory import KVMemoryMixin
 from tests.integrations.test_bridge_online import bridge, finish_turns, session_turns
 
 PRESERVE, DISCARD = ContextPolicy.PRESERVE, ContextPolicy.DISCARD
@@ -146,7 +146,7 @@ class KV:
 
 
 class VllmLike:
-    """What `SessionHoldsMixin` reads of vLLM's `Scheduler`."""
+    """What `KVMemoryMixin` reads of vLLM's `Scheduler`."""
 
     def __init__(self, free_blocks: int) -> None:
         self.block_size = 16
@@ -163,7 +163,7 @@ class VllmLike:
         del self.requests[request.request_id]
 
 
-class Sched(SessionHoldsMixin, VllmLike):
+class Sched(KVMemoryMixin, VllmLike):
     def __init__(self, free_blocks: int) -> None:
         super().__init__(free_blocks)
         self._init_holds(600.0)
@@ -207,7 +207,7 @@ def test_a_prefix_cache_reset_frees_the_holds_first() -> None:
         def reset_prefix_cache(self) -> bool:  # vLLM's: fails while a block is in use
             return self.kv_cache_manager.freed == ["s-0"]
 
-    class WithReset(SessionHoldsMixin, Base):
+    class WithReset(KVMemoryMixin, Base):
         pass
 
     s = WithReset(free_blocks=100)

@@ -39,11 +39,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_model("llama", "small", out, overrides={"tie_word_embeddings": False})
 
 
-def launch(model: Path, scheduler: str) -> tuple[dict[str, Any], str]:
+def launch(model: Path, scheduler: str, *extra: str) -> tuple[dict[str, Any], str]:
     env = {**os.environ, **{k: os.environ.get(k, v) for k, v in VLLM_ENV.items()}}
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
     proc = subprocess.run(
-        [sys.executable, str(RUNNER), "--model", str(model), "--scheduler", scheduler],
+        [sys.executable, str(RUNNER), "--model", str(model), "--scheduler", scheduler, *extra],
         capture_output=True, text=True, env=env, timeout=900,
     )  # fmt: skip
     log = proc.stdout + proc.stderr
@@ -135,6 +135,23 @@ def test_a_held_session_turn_keeps_its_blocks_until_its_resubmission_runs(
     p = h["pressed"]
     assert p["holds"] == 1 and p["holds_after"] == 0 and p["answered"] == 4
     assert p["counts"]["pressure"] == 1 and p["counts"]["taken_over"] == 1
+
+
+def test_the_admission_gate_cuts_preemptions_of_an_overloaded_batch(
+    runs: dict[str, Any], model_dir: Path
+) -> None:
+    """Six 150-token requests, 100 tokens each (8 blocks of 32 at the end), in 35 blocks:
+    with `augserve` (no gate) vLLM admits them all and preempts as they grow. Under
+    `augserve-slo` with the whole growth kept (admit_growth 1, told the output by the
+    oracle) the gate lets 4 run (4 x 8 <= 35) and the others wait: no preemption. Every
+    request gets its 100 tokens either way."""
+    free = runs["class"][0]["overloaded"]
+    opts = '{"admit_growth": 1.0, "predictor": "oracle"}'
+    gated = launch(model_dir, "class", "--policy", "augserve-slo", "--options", opts)[0]
+    gated = gated["overloaded"]
+    assert free["tokens"] == gated["tokens"] == [100] * 6
+    assert free["gated_steps"] == 0 and gated["gated_steps"] > 0
+    assert free["preemptions"] > 0 and gated["preemptions"] == 0
 
 
 def test_streaming_session_pauses_with_its_kv_and_resumes_as_preserve(

@@ -1,6 +1,6 @@
 """Runs vLLM with or without our scheduler class for tests/integrations (vLLM's venv only).
 
-    python vllm_runner.py --model DIR --scheduler {default,path,class}
+    python vllm_runner.py --model DIR --scheduler {default,path,class} [--policy NAME]
 
 Prints one line `@@ {json}`. Every run: a small offline greedy workload through
 `LLM.generate` (output ids of every request). `path` loads our class by its
@@ -9,9 +9,10 @@ scheduler) and `class` (our class object) run in-process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0), and `class` then drives the EngineCore
 step by step: a crafted batch under a tight budget, a resubmitted turn
 (Discard with reuse), a session's turn held through its call and a resumable
-streaming session (Preserve), reporting
+streaming session (Preserve), then an overloaded batch, reporting
 the scheduler's decisions, its mirrors and what its online predictor
-learned. One engine config for all: a
+learned; `class --policy augserve-slo` runs only the overloaded batch, under the
+admission gate. One engine config for all: a
 128-token budget and 36 KV blocks of 32 tokens.
 """
 
@@ -211,6 +212,27 @@ def held(d: Driver, rng: random.Random) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def overloaded(d: Driver, rng: random.Random) -> dict[str, Any]:
+    """Six 150-token requests at once, each to generate 100 tokens: 30 blocks of prompts
+    grow to 48 in a cache of 35; preemptions counted step by step."""
+    ids = [f"ov{i}" for i in range(6)]
+    plan = {"augserve_plan": "[[100, null, 0]]"}  # read by the oracle runs only
+    for rid in ids:
+        d.submit(rid, [rng.randrange(3, 4000) for _ in range(150)], 100, extra=plan)
+    preempted: dict[str, int] = {}
+    for _ in range(3000):
+        if not d.sched.has_requests():
+            break
+        d.step()
+        for r in [*d.sched.running, *d.sched.waiting]:
+            preempted[r.request_id] = max(preempted.get(r.request_id, 0), r.num_preemptions)
+    return {
+        "tokens": [len(d.tokens.get(rid, [])) for rid in ids],
+        "preemptions": sum(preempted.get(rid, 0) for rid in ids),
+        "gated_steps": d.sched._stats["gated"],
+    }
+
+
 def _aborted() -> Any:
     from vllm.v1.request import RequestStatus
 
@@ -236,6 +258,7 @@ def drive(llm: Any) -> dict[str, Any]:
     out["learned"] = dict(d.sched.augserve.predictions.counts)
     out["predictor"] = d.sched.augserve.predictor.name
     out["held"] = held(d, rng)  # last: what was learned before it is counted above
+    out["overloaded"] = overloaded(d, rng)
     return out
 
 
@@ -254,15 +277,22 @@ def main() -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--scheduler", choices=("default", "path", "class"), required=True)
     p.add_argument("--tp", type=int, default=1, help="tensor parallelism (GPU checks)")
+    p.add_argument("--policy", default=None, help="with class: only the overloaded batch")
+    p.add_argument("--options", default="{}", help="more augserve options (JSON)")
     args = p.parse_args()
     if args.scheduler != "path":
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    llm = make_llm(args, additional_config={"augserve": {"decision_log": 10_000}})
+    options: dict[str, Any] = {"decision_log": 10_000}
+    if args.policy:
+        options.update(policy=args.policy, **json.loads(args.options))
+    llm = make_llm(args, additional_config={"augserve": options})
     result: dict[str, Any] = {
         "outputs": greedy(llm),
         "expected_lengths": [m for _, m in greedy_prompts()],
     }
-    if args.scheduler == "class":
+    if args.scheduler == "class" and args.policy:
+        result["overloaded"] = overloaded(Driver(llm), random.Random(11))
+    elif args.scheduler == "class":
         result.update(drive(llm))
     sys.stdout.write("@@ " + json.dumps(result) + "\n")
     sys.stdout.flush()

@@ -13,7 +13,7 @@ from augserve.core.block_pool import BlockPool
 from augserve.core.config import SchedulerConfig
 from augserve.core.request import ContextPolicy, FinishReason, Request, Segment
 from augserve.predict.base import OraclePredictor
-from augserve.sched.admission import GrowthGate
+from augserve.sched.admission import GrowthGate, KVGateMemory
 from augserve.sched.kv_manager import KVCacheManager
 from augserve.sched.policies import POLICIES
 from augserve.sched.policies.slack import SlackPolicy
@@ -46,7 +46,7 @@ def test_the_gate_keeps_a_share_of_the_holders_growth_free() -> None:
     mem = _memory(20)
     a = _holder(mem, "a", 32, 64)  # 2 blocks held, 4 more predicted
     b = _holder(mem, "b", 16, 80)  # 1 block held, 5 more predicted
-    gate = GrowthGate(0.5, mem, [a, b])
+    gate = GrowthGate(0.5, KVGateMemory(mem), [a, b])
     assert gate.reserve == 0.5 * (4 + 5)
     assert mem.pool.num_free_device == 17
     assert gate.admits(_new("fits", 100, 90))  # 12 blocks + 4.5 <= 17
@@ -57,7 +57,7 @@ def test_the_gate_keeps_a_share_of_the_holders_growth_free() -> None:
 
 def test_admitted_requests_join_the_reserve_and_no_holder_means_admit() -> None:
     mem = _memory(8)
-    gate = GrowthGate(1.0, mem, [])
+    gate = GrowthGate(1.0, KVGateMemory(mem), [])
     huge = _new("huge", 1000, 1000)
     assert gate.admits(huge)  # nothing runs that would ever free memory: admit
     mem.allocate_slots(huge, 2)
@@ -72,14 +72,14 @@ def test_the_gate_counts_reclaimable_memory_as_room() -> None:
     paused = _holder(mem, "p", 64, 1)  # 4 blocks, paused in a call it may be evicted for
     mem.pause(paused, ContextPolicy.SWAP, discard_now=False)
     assert mem.reclaimable_blocks() == 4
-    gate = GrowthGate(1.0, mem, [a])
+    gate = GrowthGate(1.0, KVGateMemory(mem), [a])
     assert gate.admits(_new("x", 64, 32))  # 6 blocks + 2 <= 5 free + 4 reclaimable
-    assert not GrowthGate(1.0, mem, [a]).admits(_new("y", 96, 32))  # 8 + 2 > 9
+    assert not GrowthGate(1.0, KVGateMemory(mem), [a]).admits(_new("y", 96, 32))  # 8 + 2 > 9
 
 
 def test_the_gate_rejects_a_negative_share() -> None:
     with pytest.raises(ValueError, match="frac"):
-        GrowthGate(-0.1, _memory(4), [])
+        GrowthGate(-0.1, KVGateMemory(_memory(4)), [])
     with pytest.raises(ValueError, match="admit_growth"):
         SchedulerConfig(admit_growth=-1.0)
 

@@ -1,6 +1,8 @@
-"""Client sessions' KV held through their calls, on vLLM's v1 scheduler (`holds.py` says what
-and why; this is the glue, mixed into `vllm.AugServeScheduler`).
+"""Our memory rules on vLLM's v1 scheduler, mixed into `vllm.AugServeScheduler`: client
+sessions' KV held through their calls (`holds.py` says what and why) and the admission
+gate (`overload.py`).
 
+Holds.
 vLLM frees a finished request in `_free_request`, whose last act is `_free_blocks`:
 the blocks go back to the pool, into the prefix cache where they carry a hash. For a
 turn our policy holds, `_free_blocks` leaves them referenced (the request leaves
@@ -10,8 +12,13 @@ by its prefix lookup like any cached block, and once it has been scheduled (it n
 references the shared blocks itself) the old turn's blocks are freed as vLLM would
 have freed them. Before each step, holds past their time are freed, and so many more,
 latest predicted return first, that the step's need fits in the free blocks; the
-dynamic budget counts the held blocks as reclaimable. vLLM is not imported here: the
-scheduler is reached through `self`.
+dynamic budget counts the held blocks as reclaimable.
+
+The gate. vLLM admits waiting requests in queue order (ours, `vllm._rank`) while
+blocks and budget last; before its step the waiting requests our gate holds back are
+taken out of its queue, and put back at its end after the step.
+
+vLLM is not imported here: the scheduler is reached through `self`.
 """
 
 from __future__ import annotations
@@ -19,13 +26,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from augserve.integrations.bridge import PolicyBridge
 from augserve.integrations.holds import Held, SessionHolds
+from augserve.integrations.overload import EngineGateMemory
 
 
-class SessionHoldsMixin:
-    """`_free_blocks` and the release points; `_AugServeMixin` calls `_hold_at_free`,
-    `_release_before_step`, `_release_after_step` and `_successor`."""
+class KVMemoryMixin:
+    """`_free_blocks`, the holds' release points and the gate; `_AugServeMixin` calls
+    `_hold_at_free`, `_successor`, `_release_before_step`, `_release_after_step`,
+    `_gate_waiting` and `_ungate`."""
 
+    augserve: PolicyBridge
     _holds: SessionHolds
     _hold_next: tuple[str, str, float, float] | None  # request id, session, call s, now
 
@@ -104,3 +115,25 @@ class SessionHoldsMixin:
             budget -= todo
             seats -= 1
         return need
+
+    # --- the gate ----------------------------------------------------------------------
+    def _gate_waiting(self, held: int) -> list[Any]:
+        """Take the waiting requests our admission gate holds back this step out of
+        vLLM's queue (in our order already); returns them for `_ungate`."""
+        sched: Any = self
+        waiting = list(sched.waiting)
+        if not waiting:
+            return []
+        free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+        memory = EngineGateMemory(sched.block_size, self.augserve.facts.num_blocks, free, held)
+        running = (r.request_id for r in sched.running)
+        n = self.augserve.admissions(running, [r.request_id for r in waiting], memory)
+        deferred = waiting[n:]
+        if deferred:
+            sched.waiting.remove_requests(deferred)
+        return deferred
+
+    def _ungate(self, deferred: list[Any]) -> None:
+        sched: Any = self
+        for req in deferred:
+            sched.waiting.add_request(req)
