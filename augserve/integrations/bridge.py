@@ -71,6 +71,7 @@ class PolicyBridge(BridgeStep):
         self.counts: dict[str, int] = {
             "arrivals": 0, "returns_preserve": 0, "returns_discard": 0,
             "pauses_preserve": 0, "pauses_discard": 0, "holds_preserve": 0, "holds_discard": 0,
+            "gated_steps": 0,
         }  # fmt: skip
 
     # --- LoadView ------------------------------------------------------------------

@@ -231,6 +231,7 @@ class _AugServeMixin(KVMemoryMixin):
             self._ungate(deferred)
         self._release_after_step(now, out.num_scheduled_tokens)
         self._stats["gated"] += bool(deferred)
+        self.augserve.counts["gated_steps"] += bool(deferred)
         self.augserve.scheduled(out.num_scheduled_tokens, candidates, now)
         self._count(sched.max_num_scheduled_tokens, now)
         if self.augserve.options.decision_log:

@@ -229,7 +229,7 @@ def overloaded(d: Driver, rng: random.Random) -> dict[str, Any]:
     return {
         "tokens": [len(d.tokens.get(rid, [])) for rid in ids],
         "preemptions": sum(preempted.get(rid, 0) for rid in ids),
-        "gated_steps": d.sched._stats["gated"],
+        "gated_steps": d.sched.augserve.counts["gated_steps"],
     }
 
 
