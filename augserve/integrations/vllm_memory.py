@@ -99,20 +99,31 @@ class KVMemoryMixin:
                 self._unhold(held)
 
     def _block_need(self) -> int:
-        """Blocks the next step may allocate: one for each running request, and the
-        prompts of the waiting ones that fit its token budget and seats (a held
-        session's next turn without the blocks it will find)."""
+        """Blocks the next step may allocate: each running request's for the tokens it
+        computes next (a prefill chunk, or a decode token that opens a block), then the
+        waiting requests' that fit the step's token budget and seats, each its chunk's
+        or, where vLLM admits a request only if its whole input fits
+        (`scheduler_reserve_full_isl`, on by default), its whole input's (a held
+        session's next turn less the blocks it will find)."""
         sched: Any = self
         bs = sched.block_size
-        need = len(sched.running)
         budget = sched.max_num_scheduled_tokens
+        need = 0
+        for req in sched.running:
+            done = req.num_computed_tokens
+            chunk = min(budget, max(1, req.num_tokens - done))
+            need += -(-(done + chunk) // bs) - -(-done // bs)
+            budget -= chunk
+        full = bool(getattr(sched, "scheduler_reserve_full_isl", False))
         seats = sched.max_num_running_reqs - len(sched.running)
         for req in sched.waiting:
             if budget <= 0 or seats <= 0:
                 break
-            todo = min(budget, max(0, req.num_tokens - req.num_computed_tokens))
-            need += max(0, -(-todo // bs) - self._holds.covered(req.request_id))
-            budget -= todo
+            left = max(0, req.num_tokens - req.num_computed_tokens)
+            chunk = min(budget, left)
+            blocks = -(-(left if full else chunk) // bs)
+            need += max(0, blocks - self._holds.covered(req.request_id))
+            budget -= chunk
             seats -= 1
         return need
 

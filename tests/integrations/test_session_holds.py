@@ -195,11 +195,22 @@ def test_holds_in_the_steps_way_are_freed_before_it() -> None:
     s = Sched(free_blocks=3)
     s.end(Req("a-0", 160, 160), hold_s=1.0, session="a")  # 10 blocks, back soon
     s.end(Req("b-0", 160, 160), hold_s=30.0, session="b")  # 10 blocks, back late
-    s.running = [Req("r1", 40, 39), Req("r2", 40, 39)]
-    s.waiting = [Req("w", 96)]  # 6 blocks: 2 + 6 = 8 needed, 3 free
-    assert s._block_need() == 8
+    # decoding: r1's next token opens its 4th block, r2's fits in its 3rd
+    s.running = [Req("r1", 49, 48), Req("r2", 40, 39)]
+    s.waiting = [Req("w", 96)]  # 6 blocks: 1 + 6 = 7 needed, 3 free
+    assert s._block_need() == 7
     assert s._release_before_step(now=0.5) == 10  # b went; 13 now free
     assert s.kv_cache_manager.freed == ["b-0"] and s._holds.counts["pressure"] == 1
+
+
+def test_the_need_counts_prefill_chunks_and_whole_inputs_where_vllm_reserves_them() -> None:
+    s = Sched(free_blocks=100)
+    s.running = [Req("pre", 768, 256)]  # the rest of its prompt: 48 - 16 = 32 blocks
+    s.max_num_scheduled_tokens = 600
+    s.waiting = [Req("big", 1015)]  # 88 tokens of budget left: a 6-block chunk
+    assert s._block_need() == 32 + 6
+    s.scheduler_reserve_full_isl = True  # type: ignore[attr-defined]
+    assert s._block_need() == 32 + 64  # vLLM admits it only if all 1,015 tokens fit
 
 
 def test_a_prefix_cache_reset_frees_the_holds_first() -> None:
