@@ -268,6 +268,3 @@ class PolicyBridge(BridgeStep):
 
     def num_sessions(self) -> int:
         return len(self._ended)
-
-    def _policy(self, request_id: str) -> RankingPolicy:
-        return self._policies[self._call_policy.get(request_id, DISCARD)]

@@ -25,9 +25,11 @@ class BridgeStep:
     _base_generated: dict[str, int]
     _policies: dict[ContextPolicy | None, RankingPolicy]
     _running_tokens: int
+    _call_policy: dict[str, ContextPolicy | None]
 
     def _policy(self, request_id: str) -> RankingPolicy:
-        raise NotImplementedError
+        """The policy instance costing this request (by the context policy of its calls)."""
+        return self._policies[self._call_policy.get(request_id, ContextPolicy.DISCARD)]
 
     def sync(
         self,
@@ -81,12 +83,16 @@ class BridgeStep:
         for policy in self._policies.values():
             policy.after_schedule(live, ran, now)
 
+    def admission_share(self) -> float | None:
+        """The policy's admission gate share (`admit_growth`), None without a gate."""
+        return self._policies[None].admission_growth()
+
     def admissions(
         self, running: Iterable[str], waiting: Sequence[str], memory: EngineGateMemory
     ) -> int:
         """How many of `waiting` (in our order) our policy's admission gate lets through
         this step (`overload.py`); all of them for a policy without a gate."""
-        frac = self._policies[None].admission_growth()
+        frac = self.admission_share()
         if frac is None:
             return len(waiting)
         known = [self._live[i] for i in waiting if i in self._live]  # unknown ones: last

@@ -132,9 +132,9 @@ class KVMemoryMixin:
         """Take the waiting requests our admission gate holds back this step out of
         vLLM's queue (in our order already); returns them for `_ungate`."""
         sched: Any = self
+        if not sched.waiting or self.augserve.admission_share() is None:
+            return []  # no gate: nothing to copy on this per-step path
         waiting = list(sched.waiting)
-        if not waiting:
-            return []
         free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
         memory = EngineGateMemory(sched.block_size, self.augserve.facts.num_blocks, free, held)
         running = (r.request_id for r in sched.running)
