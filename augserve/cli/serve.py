@@ -156,6 +156,7 @@ def _serve(args: argparse.Namespace) -> int:
     from augserve.server.default_model import default_model
     from augserve.server.launch import ServeOptions, build_state, load_tools, serve_forever
     from augserve.server.state import TRIM_AFTER_BODY_BYTES, ServerLimits
+    from augserve.server.user_middleware import load_middleware
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     # everything that can be checked without a model first: one line, exit 2, at once
@@ -163,6 +164,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.malloc_tuning:  # before the model loads: its threads' arenas are bounded too
         tune_allocator()
     keys = api_keys_of(args)
+    middleware = [load_middleware(path) for path in args.middleware or []]
     registry = load_tools(args.tools, args.offer_server_tools)
     probe = engine_args(args, args.model or "-")  # the engine's flags, on no model yet
     probe.scheduler_config()
@@ -203,4 +205,4 @@ def _serve(args: argparse.Namespace) -> int:
     aengine = _build(args, eargs)
     state = build_state(aengine, model, opts, registry)
     uvicorn_level = args.uvicorn_log_level or args.log_level
-    return serve_forever(state, args.host, args.port, keys, uvicorn_level)
+    return serve_forever(state, args.host, args.port, keys, uvicorn_level, middleware)

@@ -115,6 +115,11 @@ def model_flags(p: argparse.ArgumentParser) -> None:
         help="seconds a keep-alive connection may idle between requests" + D,
     )  # fmt: skip
     g.add_argument(
+        "--middleware", action="append", default=None, metavar="MODULE.NAME",
+        help="an ASGI middleware class or async HTTP middleware to add, outermost, as "
+        "vLLM's --middleware (repeatable)",
+    )  # fmt: skip
+    g.add_argument(
         "--allow-scripted-tools", action="store_true",
         help="accept scripted tool plans (augserve_segments) on /v1/completions (benchmarks)",
     )  # fmt: skip

@@ -30,6 +30,7 @@ from augserve.server.stages import ArrivalMiddleware, LoopLag
 from augserve.server.state import ServerState
 from augserve.server.strict_json import StrictJSONRoute
 from augserve.server.tenancy import api_keys
+from augserve.server.user_middleware import add_user_middleware
 
 log = logging.getLogger("augserve.server")
 
@@ -66,9 +67,14 @@ async def drain(state: ServerState, grace: float) -> None:
         await asyncio.sleep(0.02)
 
 
-def create_app(state: ServerState, api_key: str | Sequence[str] | None = None) -> FastAPI:
+def create_app(
+    state: ServerState,
+    api_key: str | Sequence[str] | None = None,
+    middleware: Sequence[Any] = (),
+) -> FastAPI:
     """The app; with `api_key` (one key or several: tenants) every endpoint but the
-    open ones needs one of them (`server/tenancy.py`)."""
+    open ones needs one of them (`server/tenancy.py`); `middleware`: the deployment's
+    own, outermost (`server/user_middleware.py`)."""
     trimmer = Trimmer()  # large bodies' freed buffers back to the OS (native_memory.py)
 
     @asynccontextmanager
@@ -144,5 +150,6 @@ def create_app(state: ServerState, api_key: str | Sequence[str] | None = None) -
     keys = api_keys(api_key)
     if keys:
         app.add_middleware(APIKeyMiddleware, api_keys=keys)
-    app.add_middleware(ArrivalMiddleware)  # the outermost: a request's clock starts here
+    app.add_middleware(ArrivalMiddleware)  # the outermost of ours: a request's clock starts here
+    add_user_middleware(app, middleware)
     return app

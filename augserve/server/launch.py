@@ -225,8 +225,9 @@ def serve_forever(
     port: int,
     api_key: str | Sequence[str] | None,
     log_level: str = "info",
+    middleware: Sequence[Any] = (),
 ) -> int:
-    app = create_app(state, api_key)
+    app = create_app(state, api_key, middleware)
     server = GracefulServer(_config(app, host, port, log_level, state), state)
     server.run()
     return 0 if server.started else 1
@@ -242,9 +243,10 @@ class BackgroundServer:
         host: str = "127.0.0.1",
         port: int = 0,
         log_level: str = "warning",
+        middleware: Sequence[Any] = (),
     ) -> None:
         self.state = state
-        app = create_app(state, api_key)
+        app = create_app(state, api_key, middleware)
         self.server = GracefulServer(_config(app, host, port, log_level, state), state)
         self.thread = threading.Thread(target=self.server.run, name="augserve-server", daemon=True)
         self.host = host

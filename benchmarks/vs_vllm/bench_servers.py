@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 AUGSERVE = ROOT / ".venv" / "bin" / "augserve"
 PLUGIN = "augserve.integrations.vllm.AugServeScheduler"
+MARKS = "augserve.bench.request_marks.RequestMarks"  # server-side request times
 # each `settings.augserve_engine` (bench_tools_protocol.ENGINES): its rows' prefix
 ROW_PREFIX = {"augserve": "augserve", "vllm": "augserve-vllm", "vllm-plugin": "vllm-plugin"}
 Extras = Callable[[ToolRequest, int], dict[str, Any]]
@@ -51,7 +52,7 @@ def ensure_model(path: Path, preset: str) -> Path:
 def _vllm_env(args: argparse.Namespace, ours: bool = True) -> dict[str, str]:
     env = {**os.environ, **{k: os.environ.get(k, v) for k, v in CPU_ENV.items()}}
     env["VLLM_CPU_OMP_THREADS_BIND"] = args.vllm_omp_threads_bind  # the config's, not the shell's
-    if ours:
+    if ours or args.measure == "server":  # plain vLLM imports only the marks middleware
         env["PYTHONPATH"] = str(ROOT)  # this checkout's augserve, in vLLM's venv
     return env
 
@@ -68,7 +69,13 @@ def vllm_argv(args: argparse.Namespace, port: int) -> list[str]:
         "--num-gpu-blocks-override", str(args.vllm_kv_tokens // args.block_size),
         "--max-num-batched-tokens", str(args.max_batch_tokens),
         "--max-num-seqs", str(args.max_num_seqs),
-    ]  # fmt: skip
+    ] + marks_flags(args)  # fmt: skip
+
+
+def marks_flags(args: argparse.Namespace) -> list[str]:
+    """Every server of a run measured by the servers loads the same middleware
+    (`--middleware` is vLLM's flag, and `augserve serve` takes it the same way)."""
+    return ["--middleware", MARKS] if args.measure == "server" else []
 
 
 def vllm_server(args: argparse.Namespace, log: Path) -> ManagedServer:
@@ -125,7 +132,7 @@ def augserve_server(
     if args.swap_tokens:
         argv += ["--swap-space", f"{args.swap_tokens * kv_bytes(args.model) / 2**30:.6f}"]
     argv += ["--profile", str(profile) if profile is not None else "default"]
-    argv += _slo_flags(slo)
+    argv += _slo_flags(slo) + marks_flags(args)
     return ManagedServer(argv, port, dict(os.environ), log)
 
 
@@ -146,7 +153,7 @@ def augserve_vllm_server(
         "--log-level", "warning", "--predictor", predictor, "--profile", str(profile),
         "--vllm-args", json.dumps({"enforce_eager": True}),
     ]  # fmt: skip
-    return ManagedServer(argv + _slo_flags(slo), port, _vllm_env(args), log)
+    return ManagedServer(argv + _slo_flags(slo) + marks_flags(args), port, _vllm_env(args), log)
 
 
 def _slo_flags(slo: Any) -> list[str]:

@@ -87,6 +87,7 @@ from bench_tools_protocol import (  # noqa: E402
 )
 from bench_tools_report import row_for, table  # noqa: E402
 from common import cpu_flags  # noqa: E402
+from server_read import server_read, take_marks  # noqa: E402
 from session_loop import TurnLog, replay_agents  # noqa: E402
 from tool_workload import (  # noqa: E402
     ManagedServer,
@@ -328,8 +329,16 @@ def _cell_run(
     """One replay of one cell's workload on one engine: its row, with the load beside."""
     load = os.getloadavg()[0]
     agents = args.workload in AGENT_WORKLOADS
+    if args.measure == "server":
+        take_marks(srv.base_url)  # none kept from before this replay
     result, turns = run_point(name, srv, workload, args.duration + args.drain, agents)
-    row = row_for(rate, name, result, slo, args, load, turns)
+    if args.measure == "server":
+        client = row_for(rate, f"{name} (client-read)", result, slo, args, load, turns)
+        read = server_read(result, take_marks(srv.base_url))
+        row = row_for(rate, name, read.replay, slo, args, load, turns)
+        row |= {"metrics_client": client["metrics"], "marks_missing": read.missing}
+    else:
+        row = row_for(rate, name, result, slo, args, load, turns)
     time.sleep(3.0)
     return {**row, "repeat": rep, "seed": seed}
 

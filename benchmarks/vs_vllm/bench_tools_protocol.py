@@ -31,7 +31,13 @@ SETTINGS: dict[str, Any] = {
     # scheduler inside (`augserve serve --engine vllm`, rows `augserve-vllm:...`); or
     # `vllm-plugin`, vLLM's server with our scheduler class (rows `vllm-plugin:...`)
     "augserve_engine": "augserve",
+    # who times each request: `client` (the replaying client, from the scheduled
+    # arrival) or `server` (each server's own marks, augserve.bench.request_marks,
+    # read the same way on both sides: server_read.py); the row's `metrics` are the
+    # chosen reading, `metrics_client` keeps the client's beside a server reading
+    "measure": "client",
 }  # fmt: skip
+MEASURES = ("client", "server")
 BASELINE = "vllm"
 ENGINES = ("augserve", "vllm", "vllm-plugin")  # bench_servers.py builds each
 
@@ -47,6 +53,12 @@ def apply_config(args: argparse.Namespace, cfg: protocol.ComparisonConfig) -> No
     if args.augserve_engine not in ENGINES:
         raise ValueError(f"config settings.augserve_engine must be one of "
                          f"{', '.join(ENGINES)}, got {args.augserve_engine!r}")  # fmt: skip
+    if args.measure not in MEASURES:
+        raise ValueError(f"config settings.measure must be one of {', '.join(MEASURES)}, "
+                         f"got {args.measure!r}")  # fmt: skip
+    if args.measure == "server" and cfg.workload in ("agent-sessions", "bfcl-multi-turn"):
+        raise ValueError("config settings.measure: 'server' is read for the tool workloads "
+                         "only (the agent loop's turns are not marked)")  # fmt: skip
     args.workload, args.rates = cfg.workload, list(cfg.rates)
     args.time_scale, args.length_scale = cfg.time_scale, cfg.length_scale
     args.duration, args.drain = cfg.duration_s, cfg.drain_s

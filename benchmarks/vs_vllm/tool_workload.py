@@ -42,11 +42,14 @@ from typing import Any
 
 import httpx
 
+from augserve.bench.request_marks import HEADER as MARK_HEADER_BYTES
 from augserve.core.metrics import MetricsSummary, SLOConfig, compute_metrics
 from augserve.core.request import CallRecord, ContextPolicy, Request, RequestStatus, Segment
 from augserve.integrations.plan import PLAN_KEY, encode_plan
 from augserve.workload import make_workload, poisson_arrivals
 from augserve.workload.trace import TraceRequest
+
+MARK_HEADER = MARK_HEADER_BYTES.decode()
 
 VOCAB_LOW = 3  # ids 0-2 are <s>, </s>, <pad> in `augserve make-model` models
 
@@ -151,11 +154,13 @@ class Turn:
 
 
 async def stream_chunks(
-    client: httpx.AsyncClient, body: dict[str, Any]
+    client: httpx.AsyncClient, body: dict[str, Any], mark: str | None = None
 ) -> AsyncIterator[dict[str, Any]]:
     """The JSON chunks of one streamed `/v1/completions` call (server-sent events); an
-    HTTP error or an error chunk raises RuntimeError."""
-    async with client.stream("POST", "/v1/completions", json=body) as resp:
+    HTTP error or an error chunk raises RuntimeError. `mark`: the id under which a
+    server running `augserve.bench.request_marks` keeps this call's times."""
+    headers = {} if mark is None else {MARK_HEADER: mark}
+    async with client.stream("POST", "/v1/completions", json=body, headers=headers) as resp:
         if resp.status_code != 200:
             text = (await resp.aread()).decode(errors="replace")[:300]
             raise RuntimeError(f"HTTP {resp.status_code}: {text}")
@@ -174,6 +179,7 @@ async def complete(
     ctx: Sequence[int],
     max_tokens: int,
     extra: dict[str, Any],
+    mark: str | None = None,
 ) -> Turn:
     """One streamed `/v1/completions` call; the generated ids (the server must return them)."""
     body = {
@@ -181,7 +187,7 @@ async def complete(
         "ignore_eos": True, "stream": True, "return_token_ids": True, **extra,
     }  # fmt: skip
     turn = Turn()
-    async for chunk in stream_chunks(client, body):
+    async for chunk in stream_chunks(client, body, mark):
         choices = chunk.get("choices") or []
         ids = choices[0].get("token_ids") if choices else None
         if ids is not None:
@@ -199,6 +205,7 @@ class Replay:
 
     records: list[Request]
     errors: dict[str, str]
+    t0: float = 0.0  # the start, in time.monotonic() (server-side marks are read against it)
 
 
 async def run_request(
@@ -212,7 +219,7 @@ async def run_request(
         await asyncio.sleep(max(0.0, t0 + req.arrival - time.monotonic()))
         for k, seg in enumerate(req.segments):
             extra = {"session_id": req.request_id, **extra_body(req, k)}
-            turn = await complete(client, model, ctx, seg.output_len, extra)
+            turn = await complete(client, model, ctx, seg.output_len, extra, mark_id(req, k))
             if rec.first_token_time is None and turn.first is not None:
                 rec.first_token_time = turn.first - t0
             rec.num_generated_tokens += len(turn.tokens)
@@ -267,7 +274,8 @@ async def _replay_all(
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         pairs = zip(workload, tasks, strict=True)
-        return Replay([_record(r) if t.cancelled() else t.result() for r, t in pairs], errors)
+        records = [_record(r) if t.cancelled() else t.result() for r, t in pairs]
+        return Replay(records, errors, t0)
 
 
 def scripted_plan(req: ToolRequest) -> list[dict[str, Any]]:
@@ -291,7 +299,9 @@ async def run_scripted(
         await asyncio.sleep(max(0.0, t0 + req.arrival - time.monotonic()))
         sent = time.monotonic() - t0
         extra = {"augserve_segments": scripted_plan(req)}
-        turn, timing = await _scripted_turn(client, model, list(req.prompt_ids), extra)
+        turn, timing = await _scripted_turn(
+            client, model, list(req.prompt_ids), extra, mark_id(req, 0)
+        )
         want = sum(s.output_len for s in req.segments)
         if len(turn.tokens) != want or timing is None:
             raise RuntimeError(f"planned {want} tokens, got {len(turn.tokens)} (timing: {timing})")
@@ -316,13 +326,13 @@ def _policy(call: dict[str, Any]) -> ContextPolicy | None:
 
 
 async def _scripted_turn(
-    client: httpx.AsyncClient, model: str, ctx: list[int], extra: dict[str, Any]
+    client: httpx.AsyncClient, model: str, ctx: list[int], extra: dict[str, Any], mark: str
 ) -> tuple[Turn, dict[str, Any] | None]:
     """A streamed scripted completion: its generated ids and the final `augserve_timing`."""
     body = {"model": model, "prompt": ctx, "temperature": 0.0, "stream": True,
             "return_token_ids": True, **extra}  # fmt: skip
     turn, timing = Turn(), None
-    async for chunk in stream_chunks(client, body):
+    async for chunk in stream_chunks(client, body, mark):
         for choice in chunk.get("choices") or []:
             turn.add(choice.get("token_ids") or [])
             timing = choice.get("augserve_timing", timing)
@@ -340,6 +350,11 @@ async def replay_scripted(
         return run_scripted(client, model, r, t0, errors)
 
     return await _replay_all(base_url, workload, deadline, transport, start)
+
+
+def mark_id(req: ToolRequest, k: int) -> str:
+    """The server-side marks' id of the HTTP call for segment `k` of `req` (onwards)."""
+    return f"{req.request_id}/{k}"
 
 
 def _record(req: ToolRequest) -> Request:

@@ -50,6 +50,7 @@ def test_vllm_flags_are_accepted_and_mapped() -> None:
         ["--gpu-memory-utilization", "0"],
         ["--kv-cache-memory-bytes", "lots"],
         ["--policy", "fifo"],
+        ["--middleware", "nope.missing.Thing"],
     ],
 )
 def test_bad_values_are_one_line(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:

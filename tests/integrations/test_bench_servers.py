@@ -25,14 +25,15 @@ from augserve.core.metrics import SLOConfig  # noqa: E402
 from augserve.integrations.options import PluginOptions  # noqa: E402
 
 
-def _args(engine: str = "vllm-plugin") -> argparse.Namespace:
+def _args(engine: str = "vllm-plugin", measure: str = "client") -> argparse.Namespace:
     raw: dict[str, Any] = {
         "name": "t", "workload": "infercept", "time_scale": 1.0, "length_scale": 0.25,
         "rates": [1.0], "duration_s": 10.0, "drain_s": 5.0, "seeds": [0, 1, 2],
         "memory": {"augserve_device_tokens": 4096, "augserve_host_tokens": 0,
                    "baseline_tokens": 4096},
         "slo": {"ttft_s": 0.5, "norm_latency_s": 0.1, "source": "test config"},
-        "settings": {"policies": ["augserve-slo"], "augserve_engine": engine},
+        "settings": {"policies": ["augserve-slo"], "augserve_engine": engine,
+                     "measure": measure},
     }  # fmt: skip
     args = argparse.Namespace(model="/m")
     btp.apply_config(args, protocol.ComparisonConfig.from_dict(raw))
@@ -95,3 +96,23 @@ def test_the_plugins_client_sends_no_plan_with_the_online_predictor() -> None:
         "session_id": req.request_id
     }
     assert "augserve_segments" in bs.client_extras("augserve:augserve+online", True)(req, 0)
+
+
+def test_read_on_the_servers_every_server_loads_the_same_marks_middleware(tmp_path: Path) -> None:
+    slo = SLOConfig(ttft_slo=0.5, norm_latency_slo=0.1)
+    prof = tmp_path / "prof.json"
+    for measure, want in (("client", []), ("server", ["--middleware", bs.MARKS])):
+        args = _args("vllm", measure)
+        servers = [
+            bs.vllm_server(args, tmp_path / "v.log"),
+            bs.plugin_server(args, "augserve", tmp_path / "p.log", prof, slo, "online"),
+            bs.augserve_vllm_server(args, "augserve", tmp_path / "a.log", prof, slo, "online"),
+            bs.augserve_server(args, "augserve", tmp_path / "o.log", prof, slo, "online"),
+        ]
+        for srv in servers:
+            tail = srv.argv[srv.argv.index("--middleware") :][:2] if want else []
+            assert tail == want and srv.argv.count("--middleware") == len(want) // 2
+        # plain vLLM imports this checkout's middleware, and nothing else of ours
+        plain = servers[0]
+        assert (plain.env.get("PYTHONPATH") == str(ROOT)) is (measure == "server")
+        assert bs.PLUGIN not in plain.argv

@@ -56,6 +56,15 @@ def test_memory_is_equal_and_vllm_gets_the_whole_pool() -> None:
         _args(_raw(settings={"kv_tokens": 8192}))
 
 
+def test_who_times_the_requests_is_a_checked_setting() -> None:
+    assert _args(_raw()).measure == "client"  # the default: every run before r3's
+    assert _args(_raw(settings={"measure": "server"})).measure == "server"
+    with pytest.raises(ValueError, match="settings.measure must be one of client, server"):
+        _args(_raw(settings={"measure": "proxy"}))
+    with pytest.raises(ValueError, match="settings.measure: 'server' is read for the tool"):
+        _args(_raw(workload="agent-sessions", settings={"measure": "server"}))
+
+
 def _replay(met: int, n: int) -> Replay:
     """`n` one-segment requests at t = 0..n-1; the first `met` meet a 0.5 s TTFT SLO."""
     recs = []

@@ -28,3 +28,14 @@ def test_the_time_scale_rows_vary_r4_only_in_time_scale_grid_and_split(scale: fl
     assert row["time_scale"] == scale and row["rates"][:3] == base["rates"]
     assert row["slo"] == base["slo"] and row["memory"] == base["memory"]
     assert row["comment"].startswith("NOT RUN YET")
+
+
+def test_the_served_path_r3_is_r2_read_on_the_servers() -> None:
+    base = json.loads((CONFIGS / "vs-vllm-serve-engine-vllm-r2.json").read_text())
+    row = json.loads((CONFIGS / "vs-vllm-serve-engine-vllm-r3.json").read_text())
+    changed = {k for k in base.keys() | row.keys() if base.get(k) != row.get(k)}
+    assert changed == {"name", "comment", "settings"}
+    settings = {k for k in base["settings"].keys() | row["settings"].keys()
+                if base["settings"].get(k) != row["settings"].get(k)}  # fmt: skip
+    assert settings == {"measure"} and row["settings"]["measure"] == "server"
+    assert row["comment"].startswith("NOT RUN YET")

@@ -156,6 +156,7 @@ def start_server(
     chat_template: Path | None = None,
     allow_scripted: bool = False,
     offer: str = "request",
+    middleware: tuple[Any, ...] = (),
     **engine: Any,
 ) -> LiveServer:
     import torch
@@ -181,7 +182,7 @@ def start_server(
         offer_server_tools=offer,
     )
     state = build_state(AsyncLLMEngine(llm_engine), model_dir, opts)
-    handle = BackgroundServer(state, api_key=api_key).start()
+    handle = BackgroundServer(state, api_key=api_key, middleware=middleware).start()
     return LiveServer(handle, sampler, llm_engine.tokenizer)
 
 
