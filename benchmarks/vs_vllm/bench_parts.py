@@ -86,6 +86,7 @@ def merge_parts(
         raise ValueError(
             f"parts: repeats run {sorted(seen)}, need each of 0..{len(cfg.seeds) - 1} once"
         )
+    _same_machine(parts)
     rows = [r for p in parts for r in p["rows"]]
     commits = sorted({str(p["commit"]) for p in parts})
     return build_result(
@@ -93,6 +94,17 @@ def merge_parts(
         parts=[{k: p[k] for k in PART_KEEP if k in p} for p in parts],
         wall_s=round(sum(float(p.get("wall_s", 0.0)) for p in parts), 1),
     )  # fmt: skip
+
+
+def _same_machine(parts: Sequence[Mapping[str, Any]]) -> None:
+    """Every part ran on the same kind of CPU (model and instruction-set flags): the
+    machines this project runs on change between sittings (AVX-512 or AVX2 only), and
+    a run's repeats must differ only by their seeds."""
+    kinds = [json.dumps(p.get("cpu"), sort_keys=True) for p in parts]
+    for i, kind in enumerate(kinds[1:], start=1):
+        if kind != kinds[0]:
+            raise ValueError(f"parts[{i}]: ran on another CPU ({kind}) than parts[0] "
+                             f"({kinds[0]}); a run's parts share one machine kind")  # fmt: skip
 
 
 def main() -> None:

@@ -65,6 +65,12 @@ def test_parts_that_are_not_one_run_are_refused(tmp_path: Path) -> None:
         merge_parts(cfg, [p0, lying, p2], "m")
     with pytest.raises(ValueError, match="not a part file"):
         merge_parts(cfg, [{"rows": []}], "m")
+    avx512 = {"model": "AMD EPYC", "flags": {"avx2": True, "avx512f": True}}
+    avx2 = {"model": "AMD EPYC", "flags": {"avx2": True, "avx512f": False}}
+    same = [{**p, "cpu": avx512} for p in (p0, p1, p2)]
+    assert merge_parts(cfg, same, "m")["repeats"] == 3
+    with pytest.raises(ValueError, match="parts\\[2\\]: ran on another CPU.*avx512f.: false"):
+        merge_parts(cfg, [*same[:2], {**p2, "cpu": avx2}], "m")
 
 
 def test_repeats_are_parsed_and_checked() -> None:
