@@ -19,13 +19,23 @@ def test_each_config_loads_and_is_named_after_its_file(path: Path) -> None:
     assert load_config(path).name == path.stem
 
 
-@pytest.mark.parametrize("scale", [0.3, 0.1])
-def test_the_time_scale_rows_vary_r4_only_in_time_scale_grid_and_split(scale: float) -> None:
-    base = json.loads((CONFIGS / "vs-vllm-tools-r4.json").read_text())
-    row = json.loads((CONFIGS / f"vs-vllm-tools-r4-ts{scale}.json").read_text())
+ROWS = [("vs-vllm-tools-r4", 0.3), ("vs-vllm-tools-r4", 0.1),
+        ("vs-vllm-agent-sessions-q5", 0.3), ("vs-vllm-agent-sessions-q5", 0.1)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("headline", "scale"), ROWS)
+def test_the_time_scale_rows_vary_their_headline_only_in_time_scale_and_grid(
+    headline: str, scale: float
+) -> None:
+    base = json.loads((CONFIGS / f"{headline}.json").read_text())
+    row = json.loads((CONFIGS / f"{headline}-ts{scale}.json").read_text())
     changed = {k for k in base.keys() | row.keys() if base.get(k) != row.get(k)}
-    assert changed == {"name", "comment", "time_scale", "rates", "split"}
-    assert row["time_scale"] == scale and row["rates"][:3] == base["rates"]
+    assert changed <= {"name", "comment", "time_scale", "rates", "split"}
+    assert {"name", "comment", "time_scale", "rates"} <= changed
+    assert row["split"] == [[0], [1], [2]]
+    n = len(base["rates"])
+    assert row["time_scale"] == scale and row["rates"][:n] == base["rates"]
+    assert len(row["rates"]) == n + 1 and row["rates"][-1] > base["rates"][-1]
     assert row["slo"] == base["slo"] and row["memory"] == base["memory"]
     assert row["comment"].startswith("NOT RUN YET")
 
