@@ -138,6 +138,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
            "--port", str(port), "--block-size", str(BLOCK), "--num-device-blocks", str(BLOCKS),
            "--max-model-len", "2048", "--max-num-batched-tokens", "2048",
            "--tool-call-parser", "hermes", "--allow-scripted-tools",
+           "--middleware", "augserve.bench.request_marks.RequestMarks",
            "--vllm-args", json.dumps(vllm_args)]  # fmt: skip
     path = os.pathsep.join([str(ROOT), str(HERE), str(ROOT / "tests" / "server")])
     env = {**os.environ, **{k: os.environ.get(k, v) for k, v in VLLM_ENV.items()},
@@ -246,6 +247,23 @@ def test_a_scripted_plan_runs_its_segments_and_calls_in_one_vllm_session(server:
     (call,) = t["calls"]
     assert call["returned_tokens"] == 6 and call["end"] - call["start"] >= 0.29
     assert 0 <= t["first_token"] <= call["start"] and call["end"] <= t["finish"]
+
+
+def test_the_benchmarks_marks_middleware_times_a_stream_on_the_server(server: Server) -> None:
+    body = {"model": MODEL, "prompt": list(range(5, 45)), "max_tokens": 6, "stream": True,
+            "temperature": 0.0, "ignore_eos": True, "return_token_ids": True}  # fmt: skip
+    before = time.monotonic()
+    headers = {"x-request-marks-id": "marked/0"}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, headers=headers,
+                      timeout=120) as r:  # fmt: skip
+        assert r.status_code == 200
+        ids = [i for line in r.iter_lines() if line.startswith("data: {")
+               for i in json.loads(line[6:])["choices"][0].get("token_ids") or []]  # fmt: skip
+    after = time.monotonic()
+    marks = httpx.get(server.url + "/request-marks", timeout=10).json()
+    assert len(ids) == 6 and list(marks) == ["marked/0"]  # unmarked requests are not kept
+    m = marks["marked/0"]
+    assert before <= m["body"] < m["first"] <= m["last"] <= after
 
 
 def test_what_is_not_mapped_is_a_400_naming_it(server: Server) -> None:
