@@ -17,8 +17,9 @@ client can set them against its own start):
 - `body`: the request's body fully received (the server can begin);
 - `first`: the first response chunk carrying a generated token (a non-empty
   `token_ids`, `text` or `content` in its JSON: a chat stream's empty role chunk is
-  not a token);
-- `last`: the last response chunk sent.
+  not a token) handed to the server's transport;
+- `last`: the last response chunk handed over (both marked before the write, so a
+  client slow to read does not move them).
 
 `GET /request-marks` answers the marks taken since the last read, as JSON
 `{id: {"body": t, "first": t, "last": t}}`, and forgets them. Memory is bounded: past
@@ -105,11 +106,13 @@ class RequestMarks:
             return message
 
         async def send_marked(message: Message) -> None:
-            await send(message)
+            # marked as the server hands the chunk over, before a slow reader can hold
+            # the send back: what the server did, not when the client took it
             if message["type"] == "http.response.body":
                 if carries_token(message.get("body", b"")):
                     store.mark(key, "first", first_only=True)
                 store.mark(key, "last")
+            await send(message)
 
         await self.app(scope, receive_marked, send_marked)
 
