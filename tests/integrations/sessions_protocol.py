@@ -68,3 +68,28 @@ def check_merged(merged: dict[str, Any], config: Path, parts: list[Path]) -> dic
         assert c["attainment"] == per
     return {(c["rate"], c["engine"]): round(100 * c["attainment_interval"]["mean"])
             for c in merged["cells"]}  # fmt: skip
+
+
+PLUGIN = "--scheduler-cls augserve.integrations.vllm.AugServeScheduler"
+
+
+def check_plugin_part(part: dict[str, Any], config: Path, k: int, ours: str, policy: str) -> None:
+    """A plugin part (`vs-vllm-plugin-*`): repeat k of `config` byte for byte; the same
+    vLLM server and flags twice, the row `ours` adding only our scheduler class and its
+    options (`policy`, the online predictor, the SLO told); every cell, quiet."""
+    cfg = read(config)
+    assert part["config"] == str(config.relative_to(ROOT))
+    assert part["config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
+    assert part["repeats_run"] == [k] and cfg["settings"]["augserve_engine"] == "vllm-plugin"
+    mine, theirs = part["servers"][ours], part["servers"]["vllm"]
+    assert mine.startswith(theirs.split(" --port ")[0]) and PLUGIN in mine and PLUGIN not in theirs
+    after_port = [cmd.split(" --port ")[1].split(" ", 1)[1] for cmd in (mine, theirs)]
+    assert after_port[0].startswith(after_port[1])
+    opts = json.loads(mine.split("--additional-config ", 1)[1])["augserve"]
+    assert (opts["policy"], opts["predictor"]) == (policy, "online")
+    assert opts["slo_ttft"] == cfg["slo"]["ttft_s"]
+    assert "--num-gpu-blocks-override 128" in mine and "--num-gpu-blocks-override 128" in theirs
+    cells = {(r["rate"], r["engine"]) for r in part["rows"]}
+    assert cells == {(rate, e) for rate in cfg["rates"] for e in ("vllm", ours)}
+    for r in part["rows"]:  # quiet: nothing but the run's own servers
+        assert r["repeat"] == k and r["load_avg_1min"] < 2.0 and not r["errors"]

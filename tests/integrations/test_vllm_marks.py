@@ -20,6 +20,8 @@ pytest.importorskip("vllm")
 
 import httpx  # noqa: E402
 
+from tests.integrations.server_wait import wait_healthy  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
        "VLLM_CPU_OMP_THREADS_BIND": "0-1", "HF_HUB_OFFLINE": "1"}  # fmt: skip
@@ -43,16 +45,8 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp / "server.log"
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    base, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 600
-    while True:
-        assert proc.poll() is None, f"vLLM exited:\n{log.read_text()[-4000:]}"
-        assert time.monotonic() < deadline, f"no /health:\n{log.read_text()[-4000:]}"
-        try:
-            if httpx.get(base + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
+    base = f"http://127.0.0.1:{port}"
+    wait_healthy(proc, base, log)
     yield base
     proc.terminate()
     proc.wait(60)

@@ -7,7 +7,6 @@ and the merged capacities are the ones the docs state."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.integrations.sessions_protocol import attainments, part_crossing
+from tests.integrations.sessions_protocol import attainments, check_plugin_part, part_crossing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "vs_vllm"))
 from bench_tools_protocol import capacities, read  # noqa: E402
@@ -25,7 +24,6 @@ CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-plugin-r2.json"
 MERGED = ROOT / "docs" / "data" / "vs-vllm-plugin-r2.json"
 PARTS = {k: ROOT / "docs" / "data" / f"vs-vllm-plugin-r2-part-{k}.json" for k in (0, 1, 2)}
 OURS = "vllm-plugin:augserve-slo+online"
-PLUGIN = "--scheduler-cls augserve.integrations.vllm.AugServeScheduler"
 STATED = {0: {(1.5, "vllm"): 100, (1.5, OURS): 97, (4.0, "vllm"): 72, (4.0, OURS): 79,
               (6.5, "vllm"): 32, (6.5, OURS): 82},
           1: {(1.5, "vllm"): 92, (1.5, OURS): 100, (4.0, "vllm"): 70, (4.0, OURS): 83,
@@ -46,24 +44,12 @@ def _part(k: int) -> dict[str, Any]:
 def test_each_part_ran_its_repeat_of_the_committed_config_on_one_commit_and_machine(
     k: int,
 ) -> None:
-    part, cfg = _part(k), json.loads(CONFIG.read_text())
-    assert part["config"] == "benchmarks/configs/vs-vllm-plugin-r2.json"
-    assert part["config_sha256"] == hashlib.sha256(CONFIG.read_bytes()).hexdigest()
-    assert part["repeats_run"] == [k] and cfg["settings"]["augserve_engine"] == "vllm-plugin"
+    part = _part(k)
+    check_plugin_part(part, CONFIG, k, OURS, "augserve-slo")
     # every part ran part 0's code, on the same kind of CPU
     assert part["commit"] == _part(0)["commit"] and part["cpu"] == _part(0)["cpu"]
-    ours, theirs = part["servers"][OURS], part["servers"]["vllm"]
-    # the same vLLM server and flags, plus only our scheduler class and its options
-    assert ours.startswith(theirs.split(" --port ")[0]) and PLUGIN in ours and PLUGIN not in theirs
-    opts = json.loads(ours.split("--additional-config ", 1)[1])["augserve"]
-    assert (opts["policy"], opts["predictor"]) == ("augserve-slo", "online")
-    assert opts["slo_ttft"] == cfg["slo"]["ttft_s"]
-    assert "--num-gpu-blocks-override 128" in ours and "--num-gpu-blocks-override 128" in theirs
-    cells = {(r["rate"], r["engine"]) for r in part["rows"]}
-    assert cells == {(rate, e) for rate in cfg["rates"] for e in ("vllm", OURS)}
     by_cell: dict[float, set[int]] = {}
     for r in part["rows"]:
-        assert r["repeat"] == k and r["load_avg_1min"] < 2.0 and not r["errors"]
         by_cell.setdefault(r["rate"], set()).add(r["metrics"]["num_unfinished"])
     # what is unfinished is the workload's (calls longer than the drain), the same on both
     assert all(len(v) == 1 for v in by_cell.values())

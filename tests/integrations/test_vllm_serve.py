@@ -28,6 +28,8 @@ pytest.importorskip("vllm")
 
 import httpx  # noqa: E402
 
+from tests.integrations.server_wait import wait_healthy  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 MODEL = "test-model"
@@ -147,16 +149,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, text=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while True:
-        assert proc.poll() is None, f"the server exited:\n{log.read_text()[-4000:]}"
-        assert time.monotonic() < deadline, f"no /health:\n{log.read_text()[-4000:]}"
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
+    wait_healthy(proc, url, log)
     yield Server(proc, url, log, scripts)
     proc.terminate()
     proc.wait(60)
