@@ -11,6 +11,17 @@ machine's CPU flags (bf16 / AMX change the picture: do not mix figures across ma
 Engines: augserve, vllm-eager, vllm-compiled, hf. Workloads (common.WORKLOADS):
 b16 (16 x 512 tokens, 64 out), b64 (64 x 128, 128 out), decode1 (batch-1 decode
 after a 512-token prompt, ms/token). fp32 throughout; vLLM's prefix cache is off.
+
+Under the comparison protocol (docs/benchmarking.md, "Engine throughput under the
+protocol") every setting comes from a committed config, each repeat is kept, and the
+result adds each figure's and each paired ratio's mean and 95% interval and the load
+at each repeat's start (`engine_protocol.py`):
+
+    python benchmarks/vs_vllm/bench_vs_vllm.py \
+        --config benchmarks/configs/engine-vs-vllm-hf-r1.json \
+        --out docs/data/engine-vs-vllm-hf-r1.json
+
+vLLM's environment: $VLLM_VENV when set, else benchmarks/vs_vllm/.venv-vllm.
 """
 
 from __future__ import annotations
@@ -30,9 +41,9 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from common import WORKLOADS, cpu_flags  # noqa: E402
+from engine_protocol import ENGINES, load_engine_config, summarize  # noqa: E402
 
-VLLM_VENV = HERE / ".venv-vllm"
-ENGINES = ("augserve", "vllm-eager", "vllm-compiled", "hf")
+VLLM_VENV = Path(os.environ.get("VLLM_VENV", HERE / ".venv-vllm"))
 
 
 class Worker:
@@ -101,6 +112,7 @@ def start(engine: str, a: argparse.Namespace, logs: Path) -> Worker:
         if engine == "augserve":
             argv += ["--block-size", str(a.block_size)]
             argv += ["--max-batch-tokens", str(a.max_batch_tokens)]
+            argv += ["--compile", a.augserve_compile]
     print(f"loading {engine} ...", flush=True)
     w = Worker(engine, argv, env, logs / f"{engine}.log")
     print(f"  {engine}: {w.info} ", flush=True)
@@ -122,11 +134,16 @@ def header(a: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_all(workers: dict[str, Worker], a: argparse.Namespace) -> dict[str, dict[str, list[Any]]]:
-    """results[workload][engine] = list of replies, alternating engines, rotating order."""
+def run_all(
+    workers: dict[str, Worker], a: argparse.Namespace, loads: list[float]
+) -> dict[str, dict[str, list[Any]]]:
+    """results[workload][engine] = list of replies, alternating engines, rotating order;
+    `loads` gets the 1-minute load average at each repeat's start."""
     res: dict[str, dict[str, list[Any]]] = {w: {e: [] for e in workers} for w in a.workloads}
     names = list(workers)
     for rep in range(a.reps):
+        loads.append(round(os.getloadavg()[0], 2))
+        print(f"repeat {rep + 1} of {a.reps}, load {loads[-1]}", flush=True)
         for wl in a.workloads:
             order = names[rep % len(names) :] + names[: rep % len(names)]
             for e in order:
@@ -187,6 +204,24 @@ def report(res: dict[str, dict[str, list[Any]]], head: dict[str, Any]) -> dict[s
     return rows
 
 
+def apply_config(a: argparse.Namespace) -> dict[str, Any]:
+    """Take every setting from the committed config; what the result records of it."""
+    cfg, sha = load_engine_config(a.config)
+    a.engines, a.workloads = ",".join(cfg.engines), ",".join(cfg.workloads)
+    a.hf_workloads, a.reps, a.threads = ",".join(cfg.hf_workloads), cfg.repeats, cfg.threads
+    a.kv_gib, a.block_size, a.max_batch_tokens = cfg.kv_gib, cfg.block_size, cfg.max_batch_tokens
+    a.augserve_compile = {None: "auto", True: "on", False: "off"}[cfg.augserve_compile]
+    a.model = str(ROOT / cfg.model)
+    path = a.config.resolve()
+    rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return {
+        "config": str(rel),
+        "config_sha256": sha,
+        "repeats": cfg.repeats,
+        "memory": {"augserve_kv_bytes": cfg.kv_gib << 30, "baseline_kv_bytes": cfg.kv_gib << 30},
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument(
@@ -200,14 +235,19 @@ def main() -> None:
     p.add_argument("--kv-gib", type=int, default=2)
     p.add_argument("--block-size", type=int, default=16, help="augserve's KV block size")
     p.add_argument("--max-batch-tokens", type=int, default=4096, help="augserve's token budget")
+    p.add_argument("--augserve-compile", choices=("on", "off", "auto"), default="on",
+                   help="augserve's compile (auto: the engine's default, off on CPU)")  # fmt: skip
+    p.add_argument("--config", type=Path, default=None,
+                   help="a committed protocol config: its settings replace the flags")  # fmt: skip
     p.add_argument("--out", default=None, help="write all results as JSON here")
     a = p.parse_args()
+    protocol = apply_config(a) if a.config else None
     a.workloads = [w for w in a.workloads.split(",") if w]
     a.hf_workloads = set(a.hf_workloads.split(","))
     for w in a.workloads:
         if w not in WORKLOADS:
             p.error(f"unknown workload {w!r} (choose from {', '.join(WORKLOADS)})")
-    if a.model is None:
+    if a.model is None or a.model == str(ROOT / "runs" / "vs_vllm" / "llama-100m-untied"):
         # untied: a tied random model only repeats the last prompt token, so the
         # greedy-id agreement between engines would prove nothing
         a.model = str(ROOT / "runs" / "vs_vllm" / "llama-100m-untied")
@@ -219,10 +259,11 @@ def main() -> None:
     logs = Path(a.out).parent if a.out else ROOT / "runs" / "vs_vllm"
     logs.mkdir(parents=True, exist_ok=True)
     workers: dict[str, Worker] = {}
+    loads: list[float] = []
     try:
         for e in a.engines.split(","):
             workers[e] = start(e, a, logs)
-        res = run_all(workers, a)
+        res = run_all(workers, a, loads)
     finally:
         for w in workers.values():
             w.close()
@@ -230,6 +271,9 @@ def main() -> None:
     if a.out:
         info = {e: w.info for e, w in workers.items()}
         blob = {"header": head, "engines": info, "summary": rows, "raw": res}
+        if protocol is not None:
+            kinds = {wl: WORKLOADS[wl].kind for wl in res}
+            blob["protocol"] = {**protocol, "load": loads, "stats": summarize(res, kinds)}
         Path(a.out).write_text(json.dumps(blob, indent=1) + "\n")
         print(f"wrote {a.out}")
 

@@ -27,7 +27,8 @@ def augserve_generator(a: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         block_size=a.block_size,
         num_threads=a.threads,
         max_batch_tokens=a.max_batch_tokens,
-        compile=True,  # as measured against vLLM (off by default on CPU since issue 34)
+        # "on" as first measured against vLLM; "auto" is the engine's default (off on CPU)
+        compile={"on": True, "off": False, "auto": None}[a.compile],
     )
 
     def generate(prompts: list[list[int]], n: int) -> list[list[int]]:
@@ -80,6 +81,7 @@ def main() -> None:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-batch-tokens", type=int, default=4096)
     p.add_argument("--kv-gib", type=int, default=2)
+    p.add_argument("--compile", choices=("on", "off", "auto"), default="on")
     a = p.parse_args()
     generate, info = (augserve_generator if a.engine == "augserve" else hf_generator)(a)
     for batch, length in ((2, 16), (1, 40), (3, 300)):  # warm-up (and any compilation)
