@@ -97,9 +97,13 @@ def calibrated(raw: Mapping[str, Any], iterations: Sequence[float], path: str,
     return out
 
 
-def cells_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def cells_from_rows(
+    rows: Sequence[Mapping[str, Any]], reading: str = "metrics"
+) -> list[dict[str, Any]]:
     """One cell per (rate, engine): its repeats' seeds, attainment, goodput and load,
-    in repeat order (rows carry `repeat` and `seed`)."""
+    in repeat order (rows carry `repeat` and `seed`); `reading="metrics_client"` takes
+    the client's reading of a run the servers timed (docs/benchmarking.md, "Who times
+    a request")."""
     cells: dict[tuple[float, str], dict[str, Any]] = {}
     for r in sorted(rows, key=lambda r: (r["rate"], r["engine"], r["repeat"])):
         c = cells.setdefault((r["rate"], r["engine"]), {
@@ -107,8 +111,8 @@ def cells_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "goodput": [], "load": [],
         })  # fmt: skip
         c["seeds"].append(r["seed"])
-        c["attainment"].append(r["metrics"]["slo_attainment"])
-        c["goodput"].append(r["metrics"]["goodput_per_arrival_s"])
+        c["attainment"].append(r[reading]["slo_attainment"])
+        c["goodput"].append(r[reading]["goodput_per_arrival_s"])
         c["load"].append(r["load_avg_1min"])
     return list(cells.values())
 
