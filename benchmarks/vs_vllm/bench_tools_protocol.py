@@ -134,9 +134,13 @@ def build_result(cfg: protocol.ComparisonConfig, config_path: str, command: str,
                  **extra: Any) -> dict[str, Any]:  # fmt: skip
     """The protocol's result file for a run of `cfg`: fields, cells, capacities; `extra`
     (engine timings, servers, the per-repeat rows) beside them. `commit`: the checkout's
-    when the run started (default: now)."""
+    when the run started (default: now). A run the servers timed also gets
+    `client_reading`: the cells and capacities of the client's reading of its rows."""
     cells = cells_from_rows(rows)
     loads = [x for c in cells for x in c["load"]]
+    if rows and all("metrics_client" in r for r in rows):
+        client = [protocol.summarize_cell(c) for c in cells_from_rows(rows, "metrics_client")]
+        extra = {"client_reading": {"cells": client, **capacities(client)}, **extra}
     return protocol.result_file(
         command=command, commit=git_commit() if commit is None else commit,
         date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

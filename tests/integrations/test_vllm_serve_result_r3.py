@@ -1,0 +1,105 @@
+"""r3 of `augserve serve --engine vllm` against plain vLLM under the protocol (issue 40's
+must-show; docs/vllm-plugin.md, "r3: read on the servers and by the client"): r2 with
+every request timed by the servers, the client's reading kept beside. Each part ran its
+repeat of the config committed before it, on part 0's commit and one machine, quiet;
+every finished request was marked on both servers; the numbers the docs state, of
+both readings, are the data's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "vs_vllm"))
+
+from bench_tools_protocol import capacities, cells_from_rows, read  # noqa: E402
+
+CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-serve-engine-vllm-r3.json"
+R2 = ROOT / "benchmarks" / "configs" / "vs-vllm-serve-engine-vllm-r2.json"
+MERGED = ROOT / "docs" / "data" / "vs-vllm-serve-engine-vllm-r3.json"
+DATA = ROOT / "docs" / "data"
+PARTS = {k: DATA / f"vs-vllm-serve-engine-vllm-r3-part-{k}.json" for k in (0, 1, 2)}
+OURS = "augserve-vllm:augserve+online"
+RATES = [1.5, 4.0, 6.5]
+
+
+def _part(k: int) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(PARTS[k].read_text())
+    return data
+
+
+def _means(cells: list[dict[str, Any]]) -> dict[str, list[int]]:
+    by = {(c["rate"], c["engine"]): c["attainment"] for c in cells}
+    return {e: [round(100 * sum(by[(r, e)]) / 3) for r in RATES] for e in ("vllm", OURS)}
+
+
+def test_r3_is_r2_timed_on_the_servers_and_nothing_else() -> None:
+    r2, r3 = json.loads(R2.read_text()), json.loads(CONFIG.read_text())
+    assert r3["settings"].pop("measure") == "server" and "measure" not in r2["settings"]
+    for key in ("workload", "time_scale", "length_scale", "rates", "duration_s", "drain_s",
+                "seeds", "split", "memory", "slo", "settings"):  # fmt: skip
+        assert r3[key] == r2[key], key
+
+
+@pytest.mark.parametrize("k", sorted(PARTS))
+def test_each_part_ran_its_repeat_on_part_0s_commit_and_machine_all_marked(k: int) -> None:
+    part = _part(k)
+    assert part["config"] == str(CONFIG.relative_to(ROOT)) and part["repeats_run"] == [k]
+    assert part["config_sha256"] == hashlib.sha256(CONFIG.read_bytes()).hexdigest()
+    assert part["commit"] == _part(0)["commit"] and part["cpu"] == _part(0)["cpu"]
+    assert not part["cpu"]["flags"]["avx512f"]  # the AVX2-only machine (r2: AVX-512)
+    ours, theirs = part["servers"][OURS], part["servers"]["vllm"]
+    assert "serve --engine vllm" in ours and "--predictor online" in ours
+    mw = "augserve.bench.request_marks.RequestMarks"
+    assert f"--middleware {mw}" in ours and f"--middleware {mw}" in theirs
+    for r in part["rows"]:
+        assert r["repeat"] == k and not r["errors"] and r["marks_missing"] == 0
+        assert r["load_avg_1min"] < 2.0  # quiet: only the run's own servers
+        # the servers' marks lie inside the client's: its reading is never the better
+        assert r["metrics"]["ttft_mean"] <= r["metrics_client"]["ttft_mean"]
+
+
+def test_read_on_the_servers_a_tie_censored_at_the_grid_top() -> None:
+    """docs/vllm-plugin.md: mean attainment 99 / 99 / 87% ours, 99 / 99 / 84% vLLM; ours
+    5.82 req/s, vLLM 5.45, both censored in a repeat; the ratio 1.07, per repeat 1.12 /
+    0.83 / 1.00 (both above the grid in repeat 2), with no interval and no bound."""
+    result = read(MERGED)
+    assert result["config"] == str(CONFIG.relative_to(ROOT))
+    assert [p["repeats_run"] for p in result["parts"]] == [[0], [1], [2]]
+    again = capacities(result["cells"])
+    assert again["capacity"] == result["capacity"]
+    assert _means(result["cells"]) == {"vllm": [99, 99, 84], OURS: [99, 99, 87]}
+    a, v = result["capacity"][OURS], result["capacity"]["vllm"]
+    assert (round(a["rate"], 2), a["per_repeat_censored"]) == (5.82, ["", "", "above"])
+    assert (round(v["rate"], 2), v["per_repeat_censored"]) == (5.45, ["", "above", "above"])
+    ratio = result["capacity_ratio"][OURS]
+    assert round(ratio["ratio"], 2) == 1.07 and ratio["censored"]
+    assert [round(x, 2) for x in ratio["per_repeat"]] == [1.12, 0.83, 1.0]
+    assert ratio["lower_bound"] is None and ratio["interval"]["low"] is None
+    cells = {(c["rate"], c["engine"]): c for c in result["cells"]}
+    good = [round(cells[(6.5, e)]["goodput_interval"]["mean"], 2) for e in (OURS, "vllm")]
+    assert good == [5.56, 5.36]
+
+
+def test_read_by_the_client_the_same_replays_tie_too() -> None:
+    """The client's reading of the same replays (r2's way of timing): 95 / 86 / 73% ours,
+    96 / 83 / 71% vLLM; ours 2.84 req/s, vLLM 2.62, ratio 1.08 (censored: both below the
+    grid in repeat 2), per repeat 1.53 / 0.81 / 1.00. Not r2's 0.70 on this machine."""
+    result = read(MERGED)
+    cells = cells_from_rows(result["rows"], "metrics_client")
+    assert _means(cells) == {"vllm": [96, 83, 71], OURS: [95, 86, 73]}
+    caps = capacities(cells)
+    stored = result["client_reading"]  # what bench_parts wrote beside the servers' reading
+    assert stored["capacity"] == caps["capacity"]
+    assert stored["capacity_ratio"] == caps["capacity_ratio"]
+    a, v = caps["capacity"][OURS], caps["capacity"]["vllm"]
+    assert (round(a["rate"], 2), round(v["rate"], 2)) == (2.84, 2.62)
+    ratio = caps["capacity_ratio"][OURS]
+    assert round(ratio["ratio"], 2) == 1.08 and ratio["censored"]
+    assert [round(x, 2) for x in ratio["per_repeat"]] == [1.53, 0.81, 1.0]
