@@ -90,3 +90,27 @@ def test_the_driver_records_every_repeat_under_its_config(tmp_path: Path) -> Non
     assert dec["ratio_over"]["hf"]["per_repeat"] == pytest.approx(again)
     # the same greedy ids from both (random untied weights, fp32)
     assert blob["summary"]["decode1"]["greedy_agreement"]["hf"] >= 0.9
+
+
+def test_the_committed_run_followed_its_config_and_states_its_ratios() -> None:
+    """docs/engine-speed.md, "Under the comparison protocol": 3 repeats of the committed
+    config; augserve over vLLM 0.90 / 0.95 / 0.92 (16 x 512, 64 x 128, batch-1 decode),
+    over HF 1.51 / 1.59; only the 64-prompt batch's interval lies wholly below 1."""
+    blob = json.loads((ROOT / "docs" / "data" / "engine-vs-vllm-hf-r1.json").read_text())
+    proto, stats = blob["protocol"], blob["protocol"]["stats"]
+    assert proto["config"] == str(COMMITTED.relative_to(ROOT))
+    assert proto["config_sha256"] == load_engine_config(COMMITTED)[1]
+    assert proto["repeats"] == 3 and len(proto["load"]) == 3
+    assert proto["memory"]["augserve_kv_bytes"] == proto["memory"]["baseline_kv_bytes"]
+    assert set(blob["engines"]) == {"augserve", "vllm-compiled", "hf"}
+    kinds = {"b16": "throughput", "b64": "throughput", "decode1": "decode1"}
+    assert summarize(blob["raw"], kinds) == stats  # the statistics are the replies' own
+    over_vllm = {wl: s["ratio_over"]["vllm-compiled"] for wl, s in stats.items()}
+    assert {wl: round(r["mean"], 2) for wl, r in over_vllm.items()} == {
+        "b16": 0.90, "b64": 0.95, "decode1": 0.92}  # fmt: skip
+    assert [wl for wl, r in over_vllm.items() if r["high"] < 1.0] == ["b64"]
+    over_hf = {wl: round(s["ratio_over"]["hf"]["mean"], 2) for wl, s in stats.items()
+               if "hf" in s["ratio_over"]}  # fmt: skip
+    assert over_hf == {"b16": 1.51, "decode1": 1.59}
+    for wl in stats:  # greedy ids agree across the engines
+        assert all(v == 1.0 for v in blob["summary"][wl]["greedy_agreement"].values())
