@@ -5,18 +5,28 @@ headline config it varies only where its comment says."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from augserve.bench.protocol import load_config
 
-CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks" / "configs"
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "benchmarks" / "configs"
+sys.path.insert(0, str(ROOT / "benchmarks" / "vs_vllm"))
+
+from engine_protocol import load_engine_config  # noqa: E402
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.json")), ids=lambda p: p.stem)
 def test_each_config_loads_and_is_named_after_its_file(path: Path) -> None:
-    assert load_config(path).name == path.stem
+    """A serving comparison's config (protocol.load_config), or an engine-throughput
+    one (`settings.engines`: engine_protocol.load_engine_config)."""
+    if "engines" in json.loads(path.read_text()).get("settings", {}):
+        assert load_engine_config(path)[0].name == path.stem
+    else:
+        assert load_config(path).name == path.stem
 
 
 ROWS = [("vs-vllm-tools-r4", 0.3), ("vs-vllm-tools-r4", 0.1),
@@ -48,4 +58,13 @@ def test_the_served_path_r3_is_r2_read_on_the_servers() -> None:
     settings = {k for k in base["settings"].keys() | row["settings"].keys()
                 if base["settings"].get(k) != row["settings"].get(k)}  # fmt: skip
     assert settings == {"measure"} and row["settings"]["measure"] == "server"
+    assert row["comment"].startswith("NOT RUN YET")
+
+
+def test_the_served_path_r4_is_r3_with_one_more_rate() -> None:
+    base = json.loads((CONFIGS / "vs-vllm-serve-engine-vllm-r3.json").read_text())
+    row = json.loads((CONFIGS / "vs-vllm-serve-engine-vllm-r4.json").read_text())
+    changed = {k for k in base.keys() | row.keys() if base.get(k) != row.get(k)}
+    assert changed == {"name", "comment", "rates"}
+    assert row["rates"] == [*base["rates"], 9.0]  # the same draws at r3's rates
     assert row["comment"].startswith("NOT RUN YET")
