@@ -26,7 +26,9 @@ def test_each_config_loads_and_is_named_after_its_file(path: Path) -> None:
     if "engines" in json.loads(path.read_text()).get("settings", {}):
         assert load_engine_config(path)[0].name == path.stem
     else:
-        assert load_config(path).name == path.stem
+        cfg = load_config(path)
+        assert cfg.name == json.loads(path.read_text())["name"] == path.stem
+        assert cfg.slo.source  # every serving config says where its SLO came from
 
 
 ROWS = [("vs-vllm-tools-r4", 0.3), ("vs-vllm-tools-r4", 0.1),
