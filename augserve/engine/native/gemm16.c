@@ -12,6 +12,12 @@
  * nibbles (q4). */
 #include "native.h"
 
+/* Bytes ahead of the quants in use that are prefetched: a decode step streams every
+ * weight from memory once, and the hardware's prefetchers alone left a batch-1 step of a
+ * 0.5B model 35% slower than the row layout (quick runs: 9.5 ms against 7.1; 8 KB ahead
+ * 6.0-8.2; the alternated benchmark, docs/engine-quant.md: 8.0 against 6.9). */
+#define PF_BYTES 8192
+
 #if defined(VEC512)
 /* The 16 rows' scales (or offsets) of block b, as floats. */
 static inline __m512 scales16(const uint8_t *p, int fmt, int64_t b) {
@@ -19,11 +25,6 @@ static inline __m512 scales16(const uint8_t *p, int fmt, int64_t b) {
     return _mm512_loadu_ps((const float *)(p + 64 * b));
 }
 
-/* Bytes ahead of the quants in use that are prefetched: a decode step streams every
- * weight from memory once, and the hardware's prefetchers alone left a batch-1 step of a
- * 0.5B model 35% slower than the row layout (quick runs: 9.5 ms against 7.1; 8 KB ahead
- * 6.0-8.2; the alternated benchmark, docs/engine-quant.md: 8.0 against 6.9). */
-#define PF_BYTES 8192
 
 /* y[r0 + r, n0 .. n0 + 16) for r < TM: group `w` against activation rows r0 .. r0 + TM.
  * Each row's block sum runs in two chains (low and high nibbles; even and odd quads), so
@@ -84,8 +85,85 @@ static inline __attribute__((always_inline)) void tile16(
     const __m512 bv = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
     for (int r = 0; r < TM; r++) _mm512_storeu_ps(y + (r0 + r) * ldy, _mm512_add_ps(acc[r], bv));
 }
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+/* AVX2: the same sums in two halves of 8 rows (one 32-byte register of 8 rows x 4
+ * weights each), the dot product as maddubs + madd (u8 x s8 pairs into 16 bits, then
+ * pairs into 32). A q4 weight (<= 15) cannot saturate a 16-bit pair; a q8 one (<= 255)
+ * could, so q8 multiplies |w - 128| by x carrying the sign of w - 128 (gemm.c's trick,
+ * |x| <= 127 keeps a pair under 32768), and the initial sum moves the offset to match. */
+static inline __m256 scales8(const uint8_t *p, int fmt, int64_t b, int half) {
+    if (fmt & FMT_F16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 * b + 16 * half)));
+    return _mm256_loadu_ps((const float *)(p + 64 * b + 32 * half));
+}
+
+static inline __m256i dot8(__m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+
+static inline __attribute__((always_inline)) void tile16(
+    const int fmt, const int TM, wgroup_t w, int64_t nb, acts a, int64_t r0, int64_t K,
+    float *y, int64_t ldy, const float *bias) {
+    const __m256i low = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8((char)0x80);
+    const int64_t qbytes = fmt & FMT_Q8 ? 512 : 256;
+    /* the initial sum, in units of isum: q4 drops its implied 8 (no FMT_M); q8's
+     * w - 128 already drops 128, which FMT_M (no implied offset) adds back */
+    const int32_t init = fmt & FMT_Q8 ? (fmt & FMT_M ? 128 : 0) : (fmt & FMT_M ? 0 : -8);
+    for (int half = 0; half < 2; half++) {
+        __m256 acc[8];
+        for (int r = 0; r < TM; r++) acc[r] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *q = w.q + b * qbytes + 32 * half;
+            if (half == 0)
+                for (int64_t c = 0; c < qbytes; c += 64)
+                    _mm_prefetch((const char *)(q + PF_BYTES + c), _MM_HINT_T0);
+            __m256i d[8];
+            const int32_t *xq[8];
+            for (int r = 0; r < TM; r++) {
+                xq[r] = (const int32_t *)(a.q + (r0 + r) * K + b * QK);
+                d[r] = _mm256_set1_epi32(init * a.isum[(r0 + r) * nb + b]);
+            }
+            if (fmt & FMT_Q8) {
+                for (int u = 0; u < 8; u++) {
+                    const __m256i ws = _mm256_xor_si256(
+                        _mm256_loadu_si256((const __m256i *)(q + 64 * u)), flip);
+                    const __m256i wa = _mm256_sign_epi8(ws, ws);
+                    for (int r = 0; r < TM; r++) {
+                        const __m256i x = _mm256_sign_epi8(_mm256_set1_epi32(xq[r][u]), ws);
+                        d[r] = _mm256_add_epi32(d[r], dot8(wa, x));
+                    }
+                }
+            } else {
+                for (int p = 0; p < 4; p++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * p));
+                    const __m256i lo = _mm256_and_si256(v, low);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    for (int r = 0; r < TM; r++) {
+                        const __m256i s = _mm256_add_epi32(
+                            dot8(lo, _mm256_set1_epi32(xq[r][p])),
+                            dot8(hi, _mm256_set1_epi32(xq[r][p + 4])));
+                        d[r] = _mm256_add_epi32(d[r], s);
+                    }
+                }
+            }
+            const __m256 dw = scales8(w.d, fmt, b, half);
+            for (int r = 0; r < TM; r++) {
+                const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[(r0 + r) * nb + b]));
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r]), sc, acc[r]);
+            }
+            if (fmt & FMT_M) {
+                const __m256 mw = scales8(w.m, fmt, b, half);
+                for (int r = 0; r < TM; r++)
+                    acc[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.s[(r0 + r) * nb + b]), acc[r]);
+            }
+        }
+        const __m256 bv = bias ? _mm256_loadu_ps(bias + 8 * half) : _mm256_setzero_ps();
+        for (int r = 0; r < TM; r++)
+            _mm256_storeu_ps(y + (r0 + r) * ldy + 8 * half, _mm256_add_ps(acc[r], bv));
+    }
+}
 #else
-/* Plain C: the same sums, one output at a time (builds without AVX-512 VNNI). */
+/* Plain C: the same sums, one output at a time (builds without AVX2 or AVX-512 VNNI). */
 static inline void tile16(const int fmt, const int TM, wgroup_t w, int64_t nb, acts a,
                           int64_t r0, int64_t K, float *y, int64_t ldy, const float *bias) {
     for (int r = 0; r < TM; r++) {

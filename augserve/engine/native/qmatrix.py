@@ -12,10 +12,11 @@ Q4_1 20, Q8_0 34; batch-1 decode reads these bytes once a token. `matmul` quanti
 activations to int8 per 32 (as llama.cpp does for its integer dot products) and runs the
 kernel on `torch.get_num_threads()` threads.
 
-Where the kernels are built for AVX-512 VNNI and N is a multiple of 16, `pack` groups the
-rows by 16 (`FMT_G16`, gemm16.c: the same bytes, laid out so that one instruction works
-on 16 rows): the products of a batched decode step are then bound by the weight bytes,
-not by per-output arithmetic. Other builds keep the row layout (they read both).
+Where the kernels are built for AVX-512 VNNI or AVX2 and N is a multiple of 16, `pack`
+groups the rows by 16 (`FMT_G16`, gemm16.c: the same bytes, laid out so that one
+instruction works on 16 rows, or 8 with AVX2): the products of a batched decode step are
+then bound by the weight bytes, not by per-output arithmetic. Other builds (AVX-VNNI
+without AVX-512, not measured; plain C) keep the row layout (they read both).
 """
 
 from __future__ import annotations
@@ -93,11 +94,12 @@ def _per_block(t: torch.Tensor | None, n: int, group: int, nb: int) -> torch.Ten
 
 def grouped_by_default(n: int) -> bool:
     """Whether `pack` groups an `n`-row weight by 16: where the kernels are built for
-    AVX-512 VNNI (`aug_isa`), the only build whose grouped product is the faster one."""
+    AVX-512 VNNI or AVX2 (`aug_isa`), the builds whose grouped product was measured the
+    faster one (docs/engine-quant.md, "On an AVX2-only machine")."""
     if n % GROUP:
         return False
     try:
-        return isa() == "avx512-vnni"
+        return isa() in ("avx512-vnni", "avx2")
     except NativeUnavailable:  # no kernels: the row layout, which nothing reads
         return False
 
