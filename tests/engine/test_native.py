@@ -144,7 +144,7 @@ def test_packing_keeps_the_weight(bits: int, grouped: bool) -> None:
 
 @pytest.mark.parametrize("flags,needs", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_grouped_weights_dequantize_alike_on_every_build(flags: str, needs: set[str]) -> None:
-    """The AVX-512 transposes and the plain C reading of the group layout agree with the
+    """The AVX-512 and AVX2 transposes and the plain C reading of the group layout agree with the
     row layout's dequantization, bit for bit (float32 and bf16), every format."""
     lib = _variant(flags, needs)
     for bits, zero, k in [(4, True, 96), (8, False, 64), (8, True, 160)]:

@@ -231,6 +231,26 @@ static inline void transpose4(const __m512i s[4], __m512i t[4]) {
     t[2] = _mm512_unpacklo_epi64(a1, a3);
     t[3] = _mm512_unpackhi_epi64(a1, a3);
 }
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+/* Eight registers of 8 words (word i: row i) -> s[i] holding row i's words from the eight
+ * in order. */
+static inline void transpose8(__m256i s[8]) {
+    __m256i a[8], b[8];
+    for (int k = 0; k < 8; k += 2) {
+        a[k] = _mm256_unpacklo_epi32(s[k], s[k + 1]);
+        a[k + 1] = _mm256_unpackhi_epi32(s[k], s[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 4) {
+        b[k] = _mm256_unpacklo_epi64(a[k], a[k + 2]);
+        b[k + 1] = _mm256_unpackhi_epi64(a[k], a[k + 2]);
+        b[k + 2] = _mm256_unpacklo_epi64(a[k + 1], a[k + 3]);
+        b[k + 3] = _mm256_unpackhi_epi64(a[k + 1], a[k + 3]);
+    }
+    for (int k = 0; k < 4; k++) {
+        s[k] = _mm256_permute2x128_si256(b[k], b[k + 4], 0x20);
+        s[k + 4] = _mm256_permute2x128_si256(b[k], b[k + 4], 0x31);
+    }
+}
 #endif
 
 /* Block b of group w's 16 rows as floats: out[i ld + j] = d q + m. */
@@ -268,6 +288,43 @@ static void g16_block_f32(wgroup_t w, int fmt, int64_t b, float *out, int64_t ld
                 const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lanes[c]));
                 const __m512 y = _mm512_fmadd_ps(f, _mm512_set1_ps(ds[i]), _mm512_set1_ps(ms[i]));
                 _mm512_storeu_ps(out + i * ld + 16 * half, y);
+            }
+        }
+    }
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    /* per half of 8 rows, v[u]: each row's word of quad u (q4: the low nibbles of quad u
+     * < 4, the high ones of quad u - 4), transposed into each row's 32 quants in order;
+     * d q + m rounded twice, as the row layout's plain C (no fused multiply-add) */
+    const float implied = fmt & FMT_Q8 ? -128.0f : -8.0f;
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int half = 0; half < 2; half++) {
+        __m256i v[8];
+        if (fmt & FMT_Q8) {
+            for (int u = 0; u < 8; u++)
+                v[u] = _mm256_loadu_si256((const __m256i *)(w.q + b * 512 + 64 * u + 32 * half));
+        } else {
+            for (int p = 0; p < 4; p++) {
+                const __m256i raw =
+                    _mm256_loadu_si256((const __m256i *)(w.q + b * 256 + 64 * p + 32 * half));
+                v[p] = _mm256_and_si256(raw, low);
+                v[p + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            }
+        }
+        transpose8(v);
+        const __m256 dv = scales8(w.d, fmt, b, half);
+        const __m256 mv =
+            fmt & FMT_M ? scales8(w.m, fmt, b, half) : _mm256_mul_ps(dv, _mm256_set1_ps(implied));
+        float ds[8], ms[8];
+        _mm256_storeu_ps(ds, dv);
+        _mm256_storeu_ps(ms, mv);
+        for (int r = 0; r < 8; r++) {
+            const __m128i lanes[2] = {_mm256_castsi256_si128(v[r]), _mm256_extracti128_si256(v[r], 1)};
+            const __m256 d = _mm256_set1_ps(ds[r]), m = _mm256_set1_ps(ms[r]);
+            float *dst = out + (8 * half + r) * ld;
+            for (int c = 0; c < 4; c++) {
+                const __m128i q8 = c & 1 ? _mm_srli_si128(lanes[c >> 1], 8) : lanes[c >> 1];
+                const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q8));
+                _mm256_storeu_ps(dst + 8 * c, _mm256_add_ps(_mm256_mul_ps(f, d), m));
             }
         }
     }
