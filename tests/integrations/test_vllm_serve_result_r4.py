@@ -6,8 +6,6 @@ request was marked on both servers; the numbers the docs state are the data's.""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,40 +17,28 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "vs_vllm"))
 
 from bench_tools_protocol import capacities, cells_from_rows, read  # noqa: E402
 
+from tests.integrations.served_runs import OURS, check_served_part, mean_attainments, read_part  # noqa: E402
+
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-serve-engine-vllm-r4.json"
 MERGED = ROOT / "docs" / "data" / "vs-vllm-serve-engine-vllm-r4.json"
 DATA = ROOT / "docs" / "data"
 PARTS = {k: DATA / f"vs-vllm-serve-engine-vllm-r4-part-{k}.json" for k in (0, 1, 2)}
-OURS = "augserve-vllm:augserve+online"
 RATES = [1.5, 4.0, 6.5, 9.0]
 
 
 def _part(k: int) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(PARTS[k].read_text())
-    return data
+    return read_part(PARTS[k])
 
 
 def _means(cells: list[dict[str, Any]]) -> dict[str, list[int]]:
-    by = {(c["rate"], c["engine"]): c["attainment"] for c in cells}
-    return {e: [round(100 * sum(by[(r, e)]) / 3) for r in RATES] for e in ("vllm", OURS)}
+    return mean_attainments(cells, RATES)
 
 
 @pytest.mark.parametrize("k", sorted(PARTS))
 def test_each_part_ran_its_repeat_on_part_0s_commit_and_machine_all_marked(k: int) -> None:
     part = _part(k)
-    assert part["config"] == str(CONFIG.relative_to(ROOT)) and part["repeats_run"] == [k]
-    assert part["config_sha256"] == hashlib.sha256(CONFIG.read_bytes()).hexdigest()
-    assert part["commit"] == _part(0)["commit"] and part["cpu"] == _part(0)["cpu"]
-    assert not part["cpu"]["flags"]["avx512f"]  # the AVX2-only machine of r3
-    ours, theirs = part["servers"][OURS], part["servers"]["vllm"]
-    assert "serve --engine vllm" in ours and "--predictor online" in ours
-    mw = "augserve.bench.request_marks.RequestMarks"
-    assert f"--middleware {mw}" in ours and f"--middleware {mw}" in theirs
+    check_served_part(part, _part(0), str(CONFIG.relative_to(ROOT)), k, CONFIG.read_bytes())
     assert sorted({r["rate"] for r in part["rows"]}) == RATES
-    for r in part["rows"]:
-        assert r["repeat"] == k and not r["errors"] and r["marks_missing"] == 0
-        assert r["load_avg_1min"] < 2.0  # quiet: only the run's own servers
-        assert r["metrics"]["ttft_mean"] <= r["metrics_client"]["ttft_mean"]
 
 
 def test_read_on_the_servers_ours_ahead_in_every_repeat_the_interval_spans_one() -> None:
