@@ -18,6 +18,11 @@
  * 6.0-8.2; the alternated benchmark, docs/engine-quant.md: 8.0 against 6.9). */
 #define PF_BYTES 8192
 
+/* The AVX2 path of this file (products and dequantization), where AVX-512 VNNI is absent. */
+#if !defined(VEC512) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define VEC256 1
+#endif
+
 #if defined(VEC512)
 /* The 16 rows' scales (or offsets) of block b, as floats. */
 static inline __m512 scales16(const uint8_t *p, int fmt, int64_t b) {
@@ -85,7 +90,7 @@ static inline __attribute__((always_inline)) void tile16(
     const __m512 bv = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
     for (int r = 0; r < TM; r++) _mm512_storeu_ps(y + (r0 + r) * ldy, _mm512_add_ps(acc[r], bv));
 }
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#elif defined(VEC256)
 /* AVX2: the same sums in two halves of 8 rows (one 32-byte register of 8 rows x 4
  * weights each), the dot product as maddubs + madd (u8 x s8 pairs into 16 bits, then
  * pairs into 32). A q4 weight (<= 15) cannot saturate a 16-bit pair; a q8 one (<= 255)
@@ -231,7 +236,7 @@ static inline void transpose4(const __m512i s[4], __m512i t[4]) {
     t[2] = _mm512_unpacklo_epi64(a1, a3);
     t[3] = _mm512_unpackhi_epi64(a1, a3);
 }
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#elif defined(VEC256)
 /* Eight registers of 8 words (word i: row i) -> s[i] holding row i's words from the eight
  * in order. */
 static inline void transpose8(__m256i s[8]) {
@@ -291,7 +296,7 @@ static void g16_block_f32(wgroup_t w, int fmt, int64_t b, float *out, int64_t ld
             }
         }
     }
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#elif defined(VEC256)
     /* per half of 8 rows, v[u]: each row's word of quad u (q4: the low nibbles of quad u
      * < 4, the high ones of quad u - 4), transposed into each row's 32 quants in order;
      * d q + m rounded twice, as the row layout's plain C (no fused multiply-add) */
