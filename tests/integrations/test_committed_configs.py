@@ -70,3 +70,15 @@ def test_the_served_path_r4_is_r3_with_one_more_rate() -> None:
     assert changed == {"name", "comment", "rates"}
     assert row["rates"] == [*base["rates"], 9.0]  # the same draws at r3's rates
     assert row["comment"].startswith("NOT RUN YET")
+
+
+def test_the_served_path_r5_is_r4_with_six_fresh_repeats() -> None:
+    """r5 (issue 40) reads r4's question from six repeats on seeds no earlier run drew,
+    each its own part; nothing else moves."""
+    base = json.loads((CONFIGS / "vs-vllm-serve-engine-vllm-r4.json").read_text())
+    row = json.loads((CONFIGS / "vs-vllm-serve-engine-vllm-r5.json").read_text())
+    changed = {k for k in base.keys() | row.keys() if base.get(k) != row.get(k)}
+    assert changed == {"name", "comment", "seeds", "split"}
+    assert row["seeds"] == [3, 4, 5, 6, 7, 8] and not set(row["seeds"]) & set(base["seeds"])
+    assert row["split"] == [[k] for k in range(6)]
+    assert row["comment"].startswith("NOT RUN YET")
