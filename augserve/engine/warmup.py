@@ -16,6 +16,14 @@ skips the code generation (dynamo still traces: tens of seconds on a busy CPU).
 On CPU compilation is off by default (`ops.compile_wanted`): on the 2-core machine it
 was measured on, a cold compile of SmolLM2 took minutes and the compiled steps were not
 faster enough to pay for it (docs/engine-speed.md, "Compilation").
+
+An eager runner runs the same steps, silently: a fresh process pays first-use costs on
+its first step, and they belonged in no request's TTFT. The largest was an import: the
+first call of a custom op (the prepacked fp32 linear) imports `torch._dynamo`, 1.9 s on
+a 2-core AMD EPYC, and a fresh server's first request took 1.4 s to its first token
+against 0.29 s for the next of the same length (docs/results-vs-vllm.md, "A fresh
+server's first requests"). The steps run under `torch.random.fork_rng`, so warming up
+draws nothing from the random streams later requests sample from.
 """
 
 from __future__ import annotations
@@ -100,10 +108,19 @@ def warm_up_steps(runner: ModelRunner) -> list[list[SeqChunk]]:
 
 
 def warm_up(runner: ModelRunner) -> None:
-    """Compile a compiled runner's graphs now, with progress lines (module doc). Call it
-    before serving: its steps write garbage into the KV cache."""
-    if not runner.compiled:
-        return
+    """Run the warm-up steps now (module doc): a compiled runner compiles its graphs,
+    with progress lines; an eager one pays its first-use costs. Call it before serving:
+    its steps write garbage into the KV cache."""
+    devices = [runner.device] if runner.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        if runner.compiled:
+            _compile(runner)
+        else:
+            for chunks in warm_up_steps(runner):
+                runner.execute(chunks)
+
+
+def _compile(runner: ModelRunner) -> None:
     where = use_cache_dir()
     steps = warm_up_steps(runner)
     announce(

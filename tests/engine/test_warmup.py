@@ -3,8 +3,11 @@ engine compiles at start-up for every shape it will see."""
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +78,36 @@ def test_a_compiled_engine_compiles_before_serving_and_never_after(
     _run(engine, [[3 + i] * (1 + 6 * i) for i in range(5)], 6)
     _run(engine, [[4 + i] * (2 + 5 * i) for i in range(7)], 2)
     assert compile_count() == after_warm_up  # no step compiled anything
+
+
+FIRST_REQUEST = """
+import sys
+from augserve.engine.builder import EngineArgs, build_engine
+from augserve.engine.sampling_params import SamplingParams
+engine = build_engine(EngineArgs(model=sys.argv[1], dtype="fp32", num_device_blocks=64))
+before = set(sys.modules)
+params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+engine.add_request("r", [5, 6, 7] * 7, params)
+while engine.has_unfinished():
+    engine.step()
+print(sorted(set(sys.modules) - before))
+"""
+
+
+def test_an_eager_engine_pays_its_first_use_costs_before_serving(model: Path) -> None:
+    """In a fresh process, the first request imports nothing: build_engine's warm-up ran
+    the first steps already. Without it the first step imported torch._dynamo (through
+    the prepacked linear's custom op), 1.9 s inside a first request's TTFT."""
+    env = {**os.environ, "AUGSERVE_PREPACK": "1"}  # the toy model on the packed linears
+    proc = subprocess.run([sys.executable, "-c", FIRST_REQUEST, str(model)], env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ast.literal_eval(proc.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_warm_up_draws_nothing_from_the_random_streams(model: Path) -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    build_engine(EngineArgs(model=str(model), dtype="fp32", num_device_blocks=64))
+    assert torch.equal(torch.rand(4), expected)
