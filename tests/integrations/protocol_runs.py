@@ -11,17 +11,23 @@ from typing import Any
 OURS = "augserve:augserve+online"
 
 
-def check_follows_config(result: dict[str, Any], config: Path, rates: list[float]) -> None:
+def check_follows_config(
+    result: dict[str, Any], config: Path, rates: list[float], time_scale: float = 1.0
+) -> None:
     cfg = json.loads(config.read_text())
     assert result["config"] == f"benchmarks/configs/{config.name}"
     assert result["rates"] == cfg["rates"] == rates
     assert result["seeds"] == cfg["seeds"] and result["repeats"] == 3
-    assert result["time_scale"] == 1.0 and result["memory"] == cfg["memory"]
+    assert result["time_scale"] == cfg["time_scale"] == time_scale
+    assert result["memory"] == cfg["memory"]
     assert result["memory"]["augserve_host_tokens"] == 0  # no host pool for anyone
     assert result["slo"] == cfg["slo"]  # fixed before the run, never re-derived
-    assert "--predictor online" in result["servers"][OURS]
-    assert "--num-device-blocks 128" in result["servers"][OURS]
-    assert "--num-gpu-blocks-override 128" in result["servers"]["vllm"]
+    # a whole run names its servers once; a run merged from parts, in each part
+    every = [result["servers"]] if "servers" in result else [p["servers"] for p in result["parts"]]
+    for servers in every:
+        assert "--predictor online" in servers[OURS]
+        assert "--num-device-blocks 128" in servers[OURS]
+        assert "--num-gpu-blocks-override 128" in servers["vllm"]
     # the calibration ran before the comparison
     assert cfg["calibration"]["date"] < result["date"]
 
