@@ -52,7 +52,10 @@ QK = 32  # the native kernels' block
 # activations for their precision: with the threshold at 128 (int8 activations below
 # it), a 40-token chat prefill turned SmolLM2's Q4_1 "Paris" into "Le Grand Chateau"
 # (tests/engine/test_smollm2.py). A decode step's products (the fused native step) are
-# int8 at any batch, as llama.cpp's.
+# int8 at any batch, as llama.cpp's. On AVX2 builds (no bf16 instructions, so the dense
+# product is float32) grouped weights take int16 activations from this threshold on
+# instead (`nq.matmul_wide`, gemm16w.c: finer than bf16, 1.2-4x the float32 product;
+# docs/engine-quant.md, "Prefill on AVX2").
 NATIVE_DENSE_ROWS = 24
 
 
@@ -232,10 +235,13 @@ class QuantLinear(nn.Module):
     def _native_matmul(self, x: torch.Tensor) -> torch.Tensor:
         """The native kernels (native/qmatrix.py): int8 activations against the blocks,
         float32 out; from NATIVE_DENSE_ROWS rows on, one dense product on the dequantized
-        weight instead (bf16 where the CPU has bf16 instructions, else float32)."""
+        weight instead (bf16 where the CPU has bf16 instructions, else float32), or on
+        AVX2 builds int16 activations against grouped weights (`nq.matmul_wide`)."""
         w = self.native
         assert w is not None
-        if x.shape[0] >= NATIVE_DENSE_ROWS:
+        if x.shape[0] >= NATIVE_DENSE_ROWS and w.grouped and nq.wide_by_default():
+            y = nq.matmul_wide(x, w)
+        elif x.shape[0] >= NATIVE_DENSE_ROWS:
             dtype = torch.bfloat16 if cpu_has_bf16() else torch.float32
             y = F.linear(x.to(dtype), nq.dequantize(w, dtype, reuse=True))
         else:

@@ -1,5 +1,5 @@
-"""Compile the native kernels (`gemm.c`, `attention.c`, `decode.c`, `native.h`) once per
-machine and load them with ctypes.
+"""Compile the native kernels (`gemm.c`, `gemm16.c`, `gemm16w.c`, `attention.c`, `decode.c`,
+`native.h`) once per machine and load them with ctypes.
 
 The library is built with the system's C compiler (`CC`, else `cc`/`gcc`) at
 `-O3 -march=native -fopenmp` into `resolve.cache_root()/native/`, under a name that
@@ -35,7 +35,8 @@ from augserve.engine.ops import env_switch
 log = logging.getLogger("augserve.native")
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("gemm.c", "gemm16.c", "attention.c", "decode.c")  # one library; native.h is shared
+# one library; native.h is shared
+SOURCES = ("gemm.c", "gemm16.c", "gemm16w.c", "attention.c", "decode.c")
 HEADERS = ("native.h",)
 FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=off")
 ABI_VERSION = 10  # gemm.c's aug_abi_version(); a mismatch means a stale build
@@ -142,6 +143,8 @@ SIGNATURES: dict[str, tuple[list[type], type | None]] = {  # the exported C func
     "aug_quantize_rows": ([_P, _I64, _I64, _I64, _P], None),
     "aug_gemm": ([_P, _INT, _P, _P, _I64, _I64, _I64, _I64, _P, _INT], None),
     "aug_dequant": ([_P, _INT, _I64, _I64, _P, _INT, _INT], None),
+    "aug_acts16_bytes": ([_I64, _I64], _I64),
+    "aug_gemm16_wide": ([_P, _INT, _P, _P, _P, _I64, _I64, _I64, _I64, _P, _INT], None),
     "aug_row_bytes": ([_INT, _I64], _I64),
     "aug_rows": ([_P, _INT, _I64, _I64, _P, _I64, _P], None),
     "aug_rmsnorm": ([_P, _P, _P, _I64, _I64, _FLOAT], None),

@@ -182,6 +182,34 @@ def matmul(x: torch.Tensor, w: NativeMatrix, bias: torch.Tensor | None = None) -
     return y
 
 
+def wide_by_default() -> bool:
+    """Whether prefill-sized products on grouped weights run `matmul_wide` (int16
+    activations) rather than a dense product on the dequantized weight: on AVX2 builds,
+    where the dense product is float32 (docs/engine-quant.md, "Prefill on AVX2")."""
+    try:
+        return isa() == "avx2"
+    except NativeUnavailable:
+        return False
+
+
+def matmul_wide(x: torch.Tensor, w: NativeMatrix, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, k] (any float dtype) -> float32 [M, n] = x w^T (+ bias), the activations
+    quantized to int16 per block of 32 (gemm16w.c); `w` grouped by 16 (ValueError if not)."""
+    if not w.grouped:
+        raise ValueError("matmul_wide needs a weight grouped by 16 (FMT_G16)")
+    if x.shape[-1] != w.k:
+        raise ValueError(f"x has {x.shape[-1]} columns, the weight {w.k}")
+    x32 = x if x.dtype == torch.float32 and x.is_contiguous() else x.float().contiguous()
+    m = x32.shape[0]
+    lib = _lib()
+    work = _scratch_bytes("work", int(lib.aug_acts16_bytes(m, w.k)))
+    y = torch.empty(m, w.n, dtype=torch.float32)
+    bp = None if bias is None else bias.data_ptr()
+    lib.aug_gemm16_wide(w.data.data_ptr(), w.fmt, x32.data_ptr(), work.data_ptr(), y.data_ptr(),
+                        m, w.n, w.k, w.n, bp, torch.get_num_threads())  # fmt: skip
+    return y
+
+
 def rows(w: NativeMatrix, ids: torch.Tensor) -> torch.Tensor:
     """Rows `ids` of the weight, float32 [len(ids), k], each value as GGUF's reference
     dequantization computes it (`aug_rows`); IndexError for an id outside [0, n)."""
@@ -202,14 +230,23 @@ SCRATCH_BYTES = 64 * 2**20
 _scratch = threading.local()
 
 
+def _scratch_bytes(name: str, size: int) -> torch.Tensor:
+    """`size` bytes of this thread's buffer `name` (kept between calls up to
+    SCRATCH_BYTES; larger ones are fresh)."""
+    if size > SCRATCH_BYTES:
+        return torch.empty(size, dtype=torch.uint8)
+    buf: torch.Tensor | None = getattr(_scratch, name, None)
+    if buf is None or buf.numel() < size:
+        buf = torch.empty(max(size, 2**20), dtype=torch.uint8)
+        setattr(_scratch, name, buf)
+    return buf[:size]
+
+
 def _buffer(n: int, k: int, dtype: torch.dtype, reuse: bool) -> torch.Tensor:
     size = n * k * torch.empty((), dtype=dtype).element_size()
-    if not reuse or size > SCRATCH_BYTES:
+    if not reuse:
         return torch.empty(n, k, dtype=dtype)
-    buf: torch.Tensor | None = getattr(_scratch, "buf", None)
-    if buf is None or buf.numel() < size:
-        buf = _scratch.buf = torch.empty(max(size, 2**20), dtype=torch.uint8)
-    return buf[:size].view(dtype).view(n, k)
+    return _scratch_bytes("buf", size).view(dtype).view(n, k)
 
 
 def dequantize(
