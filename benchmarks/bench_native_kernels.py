@@ -56,6 +56,11 @@ def measure(
         "torch_int4_ms": lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(xb, packed, 32, sz),
         "dequant_bf16_ms": lambda: F.linear(xb, nq.dequantize(w, torch.bfloat16)),
     }
+    return alternated(fns, reps)
+
+
+def alternated(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+    """Each function once to warm up, then all in turn `reps` times: median ms of each."""
     times: dict[str, list[float]] = {key: [] for key in fns}
     for fn in fns.values():
         fn()

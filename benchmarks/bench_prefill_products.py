@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,18 +25,15 @@ from augserve.engine.native import qmatrix as nq
 from augserve.engine.native.build import isa
 from augserve.engine.quant import QTensor
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_native_kernels import alternated  # noqa: E402
+
 SHAPES = {  # (N, K): SmolLM2-135M's gate_up and down, a 0.5B Qwen2's qkv, o, gate_up, down
     "smollm2 gate_up": (3072, 576), "smollm2 down": (576, 1536),
     "0.5b qkv": (1152, 896), "0.5b o": (896, 896), "0.5b gate_up": (9728, 896),
     "0.5b down": (896, 4864),
 }  # fmt: skip
 ROWS = (24, 64, 128, 512)
-
-
-def timed(fn: Callable[[], object]) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
 
 
 def measure(w: nq.NativeMatrix, x: torch.Tensor, reps: int) -> dict[str, float]:
@@ -48,13 +43,7 @@ def measure(w: nq.NativeMatrix, x: torch.Tensor, reps: int) -> dict[str, float]:
         "wide_ms": lambda: nq.matmul_wide(x, w),
         "int8_ms": lambda: nq.matmul(x, w),
     }
-    times: dict[str, list[float]] = {key: [] for key in fns}
-    for fn in fns.values():
-        fn()
-    for _ in range(reps):
-        for key, fn in fns.items():
-            times[key].append(timed(fn))
-    return {key: 1e3 * statistics.median(v) for key, v in times.items()}
+    return alternated(fns, reps)
 
 
 def main() -> None:

@@ -51,13 +51,14 @@ def _variant(flags: str, needs: set[str]) -> ctypes.CDLL:
     return build.load_variant(tuple(flags.split()))
 
 
-def emulated_int8(x: torch.Tensor) -> torch.Tensor:
-    """What the kernels multiply: x quantized to int8 per 32 (amax / 127, ties to even,
-    the reciprocal multiplied), as float64."""
+def emulated_int8(x: torch.Tensor, qmax: int = 127) -> torch.Tensor:
+    """What the kernels multiply: x quantized per 32 to integers within +-qmax (int8's
+    127; the int16 product's 32767): amax / qmax, ties to even, the reciprocal
+    multiplied; as float64."""
     m, k = x.shape
     xb = x.view(m, k // 32, 32)
-    d = xb.abs().amax(-1, keepdim=True) / 127
-    q = torch.where(d > 0, torch.round(xb * (1 / d)), torch.zeros_like(xb)).clamp(-127, 127)
+    d = xb.abs().amax(-1, keepdim=True) / qmax
+    q = torch.where(d > 0, torch.round(xb * (1 / d)), torch.zeros_like(xb)).clamp(-qmax, qmax)
     return (q * d).view(m, k).double()
 
 

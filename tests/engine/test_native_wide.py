@@ -12,7 +12,7 @@ import torch
 from augserve.engine.native import build
 from augserve.engine.native import qmatrix as nq
 from augserve.engine.quant import NATIVE_DENSE_ROWS, QuantLinear
-from tests.engine.test_native import VARIANTS, _compact, _qtensor, _variant
+from tests.engine.test_native import VARIANTS, _compact, _qtensor, _variant, emulated_int8
 
 pytestmark = pytest.mark.skipif(
     build.compiler() is None, reason="no C compiler: the native kernels cannot be built"
@@ -20,13 +20,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def emulated_int16(x: torch.Tensor) -> torch.Tensor:
-    """What the kernel multiplies: x quantized to int16 per 32 (amax / 32767, ties to even,
-    the reciprocal multiplied), as float64."""
-    m, k = x.shape
-    xb = x.view(m, k // 32, 32)
-    d = xb.abs().amax(-1, keepdim=True) / 32767
-    q = torch.where(d > 0, torch.round(xb * (1 / d)), torch.zeros_like(xb)).clamp(-32767, 32767)
-    return (q * d).view(m, k).double()
+    """What the kernel multiplies: x quantized to int16 per 32, as float64."""
+    return emulated_int8(x, 32767)
 
 
 def _wide(lib: ctypes.CDLL, x: torch.Tensor, w: nq.NativeMatrix,
