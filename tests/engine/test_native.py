@@ -114,6 +114,29 @@ def test_integer_products_equal_the_reference_on_the_same_int8_activations(
             assert err < 1e-5, (flags, n, k, m, err)
 
 
+@pytest.mark.parametrize("flags,needs", VARIANTS, ids=[v[0] for v in VARIANTS])
+@pytest.mark.parametrize("grouped", [False, True], ids=["rows", "groups16"])
+def test_q4_products_at_the_largest_integer_sums(
+    flags: str, needs: set[str], grouped: bool
+) -> None:
+    """Every quant 15 against activations of one sign (all 127 once quantized): the
+    largest block sums a q4 product can form, where a narrower integer sum would
+    overflow; exact to float32 rounding, for each row count and both signs."""
+    lib = _variant(flags, needs)
+    n, k = 32, 256
+    q = torch.full((n, k), 15, dtype=torch.uint8)
+    q[n // 2 :] = torch.randint(0, 16, (n // 2, k), generator=torch.Generator().manual_seed(1),
+                                dtype=torch.uint8)  # fmt: skip
+    qt = QTensor(q, torch.full((n, k // 32), 0.01), torch.zeros(n, k // 32), 32, 4)
+    w = nq.pack(qt, grouped=grouped)
+    for m in (1, 2, 4, 8, 13):
+        sign = torch.tensor([1.0 if r % 2 == 0 else -1.0 for r in range(m)])
+        x = sign[:, None] * torch.full((m, k), 0.5)
+        want = emulated_int8(x) @ qt.dequantize().double().T
+        err = ((_gemm(lib, x, w).double() - want).abs().max() / want.abs().max()).item()
+        assert err < 1e-5, (flags, m, err)
+
+
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("grouped", [False, True], ids=["rows", "groups16"])
 def test_packing_keeps_the_weight(bits: int, grouped: bool) -> None:
@@ -354,3 +377,22 @@ def test_dense_products_reuse_one_buffer_per_thread(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(nq, "SCRATCH_BYTES", 1024)
     wc = nq.dequantize(a, torch.bfloat16, reuse=True)
     assert wc.untyped_storage().data_ptr() != wa.untyped_storage().data_ptr()
+
+
+def test_the_builds_isa_is_asked_once_per_loaded_library() -> None:
+    """Prefill asks `isa()` per product (the AVX2 routing); the library answers once."""
+    calls: list[int] = []
+
+    def aug_isa() -> bytes:
+        calls.append(1)
+        return b"avx2"
+
+    class Lib:  # a loaded library's stand-in: its functions are attributes
+        pass
+
+    lib = Lib()
+    lib.aug_isa = aug_isa  # type: ignore[attr-defined]
+    assert [build.isa_of(lib), build.isa_of(lib)] == ["avx2", "avx2"]  # type: ignore[arg-type]
+    assert len(calls) == 1
+    if build.available():
+        assert build.isa() == build.isa_of(build.load())

@@ -179,7 +179,13 @@ def available() -> bool:
 
 
 def isa() -> str:
-    """Which integer dot product the build uses: avx512-vnni, avx-vnni, avx2 or scalar."""
-    fn = load().aug_isa
+    """Which integer dot product the build uses: avx512-vnni, avx-vnni, avx2 or scalar
+    (asked of the library once per loaded build: prefill asks per product)."""
+    return isa_of(load())
+
+
+@functools.cache
+def isa_of(lib: ctypes.CDLL) -> str:
+    fn = lib.aug_isa
     fn.restype = ctypes.c_char_p
     return str(fn().decode())
