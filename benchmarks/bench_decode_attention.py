@@ -1,11 +1,12 @@
-"""The native paged decode attention, AVX-512 tiles against the plain-C chunk kernel,
-side by side in one run, with the memory floor beside them (docs/engine-speed.md,
-"Decode attention over long contexts").
+"""The native paged decode attention, its tiles against the plain-C chunk kernel, side by
+side in one run, with the memory floor beside them (docs/engine-speed.md, "Decode
+attention over long contexts").
 
-Two builds of the same source: `-march=native` (the 16-token tiles of
-`native/attention.c` where the CPU has AVX-512 and the head size is 32, 64 or 128) and
-`-march=native -DAUG_ATTN_PLAIN` (the plain-C chunk kernel, auto-vectorized: what
-served q4). Batches of the agent-session workload's long contexts (1,000-1,900
+Two builds of the same source: `-march=native` (the tiles of `native/attention.c`: 16
+tokens at once where the CPU has AVX-512 and the head size is 32, 64 or 128, 8 at once
+on AVX2 for head sizes that are multiples of 8) and `-march=native -DAUG_ATTN_PLAIN`
+(the plain-C chunk kernel, auto-vectorized: what served q4, and what AVX2 machines ran
+until 2026-12-07). Batches of the agent-session workload's long contexts (1,000-1,900
 tokens: where q4's served cell spent a third of its engine thread in this kernel) and
 shorter ones, in scattered blocks of 32, fp32 and bf16 caches, for the head shapes of
 the sessions model (runs/calib/llama-small: 8 heads, 4 KV heads, size 32), SmolLM2
@@ -39,6 +40,7 @@ BATCHES = {
     "40 of 1000-1900": [rng.randint(1000, 1900) for _ in range(40)],
     "8 of 1000-1900": [rng.randint(1000, 1900) for _ in range(8)],
     "32 of 100-1000": [rng.randint(100, 1000) for _ in range(32)],
+    "8 of 200-400": [rng.randint(200, 400) for _ in range(8)],  # bench_vs_llamacpp's 8
 }
 KINDS = {"fp32": (torch.float32, 0), "bf16": (torch.bfloat16, 1)}
 

@@ -1,5 +1,6 @@
 /* Decode attention over the paged KV cache, in place: a plain-C chunk kernel for any
- * head size and ISA, and an AVX-512 one for head sizes 32, 64 and 128. */
+ * head size and ISA, an AVX-512 one for head sizes 32, 64 and 128, and an AVX2 one for
+ * head sizes that are multiples of 8. */
 #include "native.h"
 
 /* ---- decode attention over the paged cache, in place ---------------------------------
@@ -76,6 +77,17 @@ static void attend_chunk(const float *qb, const void *kc, const void *vc, int ki
     free(sc);
 }
 
+#if defined(__AVX2__) /* the AVX2 and AVX-512 tiles prefetch */
+/* Rows are fetched this many tokens ahead: a sequence's blocks are scattered, so the
+ * hardware prefetchers lose the stream at every block (and 4 KB page) boundary. */
+#define PF 32
+
+static inline void prefetch_row(const void *cache, int64_t at, int esz, int bytes) {
+    const char *r = (const char *)cache + at * esz;
+    for (int o = 0; o < bytes; o += 64) _mm_prefetch(r + o, _MM_HINT_T0);
+}
+#endif
+
 #if defined(__AVX512F__) && !defined(AUG_ATTN_PLAIN) /* PLAIN: benchmarks time the other */
 #define AUG_ATTN16 1
 /* ---- AVX-512: 16 tokens' scores at once ----------------------------------------------
@@ -131,15 +143,6 @@ static inline __attribute__((always_inline)) void scores16(
         _mm512_store_ps(sc + h * n16 + s,
                         _mm512_mul_ps(hsum16(part + h * 16), _mm512_set1_ps(scale)));
     }
-}
-
-/* Rows are fetched this many tokens ahead: a sequence's blocks are scattered, so the
- * hardware prefetchers lose the stream at every block (and 4 KB page) boundary. */
-#define PF 32
-
-static inline void prefetch_row(const void *cache, int64_t at, int esz, int bytes) {
-    const char *r = (const char *)cache + at * esz;
-    for (int o = 0; o < bytes; o += 64) _mm_prefetch(r + o, _MM_HINT_T0);
 }
 
 /* acc[h] = sum_t p[h][t] v_t for the GS heads h0.. of KV head kh, accumulators in
@@ -232,6 +235,91 @@ static void attend_chunk16(const float *qb, const void *kc, const void *vc, int 
 }
 #endif
 
+#if !defined(AUG_ATTN16) && defined(__AVX2__) && defined(__FMA__) && !defined(AUG_ATTN_PLAIN)
+#define AUG_ATTN8 1
+/* ---- AVX2: 8 tokens' scores at once (the AVX-512 tiles' scheme in 256-bit lanes) -------
+ * Each token's lane-wise partial products of a head are kept, and 8 tokens' partials are
+ * reduced together (hadd tree: 8 dot products for 7 hadds and a cross-lane add); the
+ * weighted sum of V keeps 8 lanes x up to 8 chunks of a head's accumulator in registers.
+ * Needs D % 8 == 0. */
+static inline __m256 hsum8x8(const __m256 *v) {
+    const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+static inline __m256 load8(const void *cache, int kind, int64_t at) {
+    if (kind == 0) return _mm256_loadu_ps((const float *)cache + at);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)cache + at));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static void attend_chunk8(const float *qb, const void *kc, const void *vc, int kind,
+                          const int64_t *tab, int64_t t0, int64_t t1, int H, int KVH, int D,
+                          int bs, float scale, float *m, float *l, float *acc) {
+    const int g = H / KVH, nc = D / 8;
+    const int64_t n = t1 - t0, n8 = (n + 7) & ~(int64_t)7, width = (int64_t)KVH * D;
+    float *sc = (float *)aligned_alloc(32, sizeof(float) * (size_t)(H * n8));
+    __m256 *part = (__m256 *)aligned_alloc(32, sizeof(__m256) * (size_t)(8 * H));
+    const int esz = kind == 0 ? 4 : 2, rowb = (int)width * esz;
+    rows_t rows = rows_from(tab, t0, bs, width), ahead = rows_from(tab, t0 + PF, bs, width);
+    for (int64_t s = 0; s < n; s += 8) {
+        const int k = n - s < 8 ? (int)(n - s) : 8;
+        for (int i = 0; i < 8; i++) {
+            if (i >= k) {
+                for (int h = 0; h < H; h++) part[h * 8 + i] = _mm256_setzero_ps();
+                continue;
+            }
+            const int64_t at = rows_next(&rows);
+            if (s + i + PF < n) prefetch_row(kc, rows_next(&ahead), esz, rowb);
+            for (int kh = 0; kh < KVH; kh++) {
+                const int64_t kr = at + (int64_t)kh * D;
+                if (nc <= 8) { /* the K row in registers for the g heads that share it */
+                    __m256 k8[8];
+                    for (int c = 0; c < nc; c++) k8[c] = load8(kc, kind, kr + 8 * c);
+                    for (int h = kh * g; h < (kh + 1) * g; h++) {
+                        const float *qh = qb + (int64_t)h * D;
+                        __m256 d = _mm256_mul_ps(_mm256_loadu_ps(qh), k8[0]);
+                        for (int c = 1; c < nc; c++)
+                            d = _mm256_fmadd_ps(_mm256_loadu_ps(qh + 8 * c), k8[c], d);
+                        part[h * 8 + i] = d;
+                    }
+                    continue;
+                }
+                for (int h = kh * g; h < (kh + 1) * g; h++) {
+                    const float *qh = qb + (int64_t)h * D;
+                    __m256 d = _mm256_mul_ps(_mm256_loadu_ps(qh), load8(kc, kind, kr));
+                    for (int c = 1; c < nc; c++)
+                        d = _mm256_fmadd_ps(_mm256_loadu_ps(qh + 8 * c),
+                                            load8(kc, kind, kr + 8 * c), d);
+                    part[h * 8 + i] = d;
+                }
+            }
+        }
+        for (int h = 0; h < H; h++)
+            _mm256_store_ps(sc + h * n8 + s, _mm256_mul_ps(hsum8x8(part + h * 8), _mm256_set1_ps(scale)));
+    }
+    softmax_rows(sc, n8, n, H, m, l);
+    for (int h = 0; h < H; h++) {
+        const int64_t off = (int64_t)(h / g) * D;
+        for (int c0 = 0; c0 < nc; c0 += 8) { /* 8 chunks (64 values) of the head at a time */
+            const int w = nc - c0 < 8 ? nc - c0 : 8;
+            __m256 a[8];
+            for (int c = 0; c < w; c++) a[c] = _mm256_setzero_ps();
+            rows_t vrows = rows_from(tab, t0, bs, width);
+            for (int64_t t = 0; t < n; t++) {
+                const int64_t at = rows_next(&vrows) + off + 8 * c0;
+                const __m256 p = _mm256_set1_ps(sc[h * n8 + t]);
+                for (int c = 0; c < w; c++) a[c] = _mm256_fmadd_ps(p, load8(vc, kind, at + 8 * c), a[c]);
+            }
+            for (int c = 0; c < w; c++) _mm256_storeu_ps(acc + (int64_t)h * D + 8 * (c0 + c), a[c]);
+        }
+    }
+    free(part);
+    free(sc);
+}
+#endif
+
 void aug_attn_decode(const float *q, const void *kc, const void *vc, int kind,
                      const int64_t *tables, int64_t tstride, const int64_t *lens, float *out,
                      int64_t B, int H, int KVH, int D, int bs, float scale, int nt) {
@@ -260,6 +348,13 @@ void aug_attn_decode(const float *q, const void *kc, const void *vc, int kind,
         if (D == 32 || D == 64 || D == 128) {
             attend_chunk16(q + b * H * D, kc, vc, kind, tables + b * tstride, t0, t1, H, KVH, D,
                            bs, scale, p, p + H, p + 2 * H);
+            continue;
+        }
+#endif
+#if defined(AUG_ATTN8)
+        if (D % 8 == 0) {
+            attend_chunk8(q + b * H * D, kc, vc, kind, tables + b * tstride, t0, t1, H, KVH, D,
+                          bs, scale, p, p + H, p + 2 * H);
             continue;
         }
 #endif
