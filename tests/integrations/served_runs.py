@@ -26,6 +26,19 @@ def mean_attainments(cells: list[dict[str, Any]], rates: list[float]) -> dict[st
             for e in ("vllm", OURS)}  # fmt: skip
 
 
+def client_reading(result: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The client's reading (cells, capacities) recomputed from a merged run's rows, and
+    checked equal to the one `bench_parts.py` stored beside the servers' reading."""
+    from bench_tools_protocol import capacities, cells_from_rows  # benchmarks/vs_vllm
+
+    cells = cells_from_rows(result["rows"], "metrics_client")
+    caps: dict[str, Any] = capacities(cells)
+    stored = result["client_reading"]
+    assert stored["capacity"] == caps["capacity"]
+    assert stored["capacity_ratio"] == caps["capacity_ratio"]
+    return cells, caps
+
+
 def check_served_part(part: dict[str, Any], first: dict[str, Any], config: str, k: int,
                       config_bytes: bytes, max_load: float = 2.0) -> None:  # fmt: skip
     assert part["config"] == config and part["repeats_run"] == [k]

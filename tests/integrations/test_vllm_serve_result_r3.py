@@ -17,9 +17,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "vs_vllm"))
 
-from bench_tools_protocol import capacities, cells_from_rows, read  # noqa: E402
+from bench_tools_protocol import capacities, read  # noqa: E402
 
-from tests.integrations.served_runs import OURS, check_served_part, mean_attainments, read_part  # noqa: E402
+from tests.integrations.served_runs import (  # noqa: E402
+    OURS,
+    check_served_part,
+    client_reading,
+    mean_attainments,
+    read_part,
+)
 
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-serve-engine-vllm-r3.json"
 R2 = ROOT / "benchmarks" / "configs" / "vs-vllm-serve-engine-vllm-r2.json"
@@ -77,13 +83,8 @@ def test_read_by_the_client_the_same_replays_tie_too() -> None:
     """The client's reading of the same replays (r2's way of timing): 95 / 86 / 73% ours,
     96 / 83 / 71% vLLM; ours 2.84 req/s, vLLM 2.62, ratio 1.08 (censored: both below the
     grid in repeat 2), per repeat 1.53 / 0.81 / 1.00. Not r2's 0.70 on this machine."""
-    result = read(MERGED)
-    cells = cells_from_rows(result["rows"], "metrics_client")
+    cells, caps = client_reading(read(MERGED))
     assert _means(cells) == {"vllm": [96, 83, 71], OURS: [95, 86, 73]}
-    caps = capacities(cells)
-    stored = result["client_reading"]  # what bench_parts wrote beside the servers' reading
-    assert stored["capacity"] == caps["capacity"]
-    assert stored["capacity_ratio"] == caps["capacity_ratio"]
     a, v = caps["capacity"][OURS], caps["capacity"]["vllm"]
     assert (round(a["rate"], 2), round(v["rate"], 2)) == (2.84, 2.62)
     ratio = caps["capacity_ratio"][OURS]

@@ -15,9 +15,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "vs_vllm"))
 
-from bench_tools_protocol import capacities, cells_from_rows, read  # noqa: E402
+from bench_tools_protocol import capacities, read  # noqa: E402
 
-from tests.integrations.served_runs import OURS, check_served_part, mean_attainments, read_part  # noqa: E402
+from tests.integrations.served_runs import (  # noqa: E402
+    OURS,
+    check_served_part,
+    client_reading,
+    mean_attainments,
+    read_part,
+)
 
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-serve-engine-vllm-r4.json"
 MERGED = ROOT / "docs" / "data" / "vs-vllm-serve-engine-vllm-r4.json"
@@ -68,12 +74,7 @@ def test_read_on_the_servers_ours_ahead_in_every_repeat_the_interval_spans_one()
 def test_read_by_the_client_the_same_order_wider() -> None:
     """The client's reading of the same replays: capacity ours 2.86 req/s, vLLM 2.45,
     ratio 1.17, per repeat 1.86 / 0.71 / 1.26, mean 1.28 [-0.15, 2.70]."""
-    result = read(MERGED)
-    cells = cells_from_rows(result["rows"], "metrics_client")
-    caps = capacities(cells)
-    stored = result["client_reading"]
-    assert stored["capacity"] == caps["capacity"]
-    assert stored["capacity_ratio"] == caps["capacity_ratio"]
+    cells, caps = client_reading(read(MERGED))
     a, v = caps["capacity"][OURS], caps["capacity"]["vllm"]
     assert (round(a["rate"], 2), round(v["rate"], 2)) == (2.86, 2.45)
     ratio = caps["capacity_ratio"][OURS]

@@ -15,9 +15,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "vs_vllm"))
 
-from bench_tools_protocol import capacities, cells_from_rows, read  # noqa: E402
+from bench_tools_protocol import capacities, read  # noqa: E402
 
-from tests.integrations.served_runs import OURS, check_served_part, mean_attainments, read_part  # noqa: E402
+from tests.integrations.served_runs import (  # noqa: E402
+    OURS,
+    check_served_part,
+    client_reading,
+    mean_attainments,
+    read_part,
+)
 
 CONFIG = ROOT / "benchmarks" / "configs" / "vs-vllm-serve-engine-vllm-r5.json"
 DATA = ROOT / "docs" / "data"
@@ -75,12 +81,7 @@ def test_read_by_the_client_the_order_reverses() -> None:
     """The client's reading of the same replays: capacity ours 2.77 req/s, vLLM 3.23,
     ratio 0.86; per repeat 0.70 / 0.88 / 0.75 / 0.84 / 1.98 / 0.64, mean 0.96 [0.43,
     1.50]; mean attainment at 4.0 req/s 84% ours against 87%."""
-    result = read(MERGED)
-    cells = cells_from_rows(result["rows"], "metrics_client")
-    caps = capacities(cells)
-    stored = result["client_reading"]
-    assert stored["capacity"] == caps["capacity"]
-    assert stored["capacity_ratio"] == caps["capacity_ratio"]
+    cells, caps = client_reading(read(MERGED))
     assert mean_attainments(cells, RATES) == {"vllm": [96, 87, 52, 26], OURS: [96, 84, 71, 57]}
     a, v = caps["capacity"][OURS], caps["capacity"]["vllm"]
     assert (round(a["rate"], 2), round(v["rate"], 2)) == (2.77, 3.23)

@@ -237,15 +237,16 @@ static void attend_chunk16(const float *qb, const void *kc, const void *vc, int 
 
 #if !defined(AUG_ATTN16) && defined(__AVX2__) && defined(__FMA__) && !defined(AUG_ATTN_PLAIN)
 #define AUG_ATTN8 1
-/* ---- AVX2: 8 tokens' scores at once (the AVX-512 tiles' scheme in 256-bit lanes) -------
- * Each token's lane-wise partial products of a head are kept, and 8 tokens' partials are
- * reduced together (hadd tree: 8 dot products for 7 hadds and a cross-lane add); the
- * weighted sum of V keeps 8 lanes x up to 8 chunks of a head's accumulator in registers.
- * Needs D % 8 == 0. */
+/* ---- AVX2: 8 tokens' scores at once (the AVX-512 tiles' scheme in 256-bit lanes) ------
+ * A token's K row is loaded once for the query heads that share it; each head's lane-wise
+ * partial products of 8 tokens are reduced together (an hadd tree: 8 dot products for 6
+ * hadds, 2 lane permutes and an add); the weighted sum of V keeps up to 8 chunks of 8 of
+ * a head's accumulator in registers. Needs D % 8 == 0. */
 static inline __m256 hsum8x8(const __m256 *v) {
     const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
     const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
-    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20),
+                         _mm256_permute2f128_ps(a, b, 0x31));
 }
 
 static inline __m256 load8(const void *cache, int kind, int64_t at) {
@@ -297,7 +298,8 @@ static void attend_chunk8(const float *qb, const void *kc, const void *vc, int k
             }
         }
         for (int h = 0; h < H; h++)
-            _mm256_store_ps(sc + h * n8 + s, _mm256_mul_ps(hsum8x8(part + h * 8), _mm256_set1_ps(scale)));
+            _mm256_store_ps(sc + h * n8 + s,
+                            _mm256_mul_ps(hsum8x8(part + h * 8), _mm256_set1_ps(scale)));
     }
     softmax_rows(sc, n8, n, H, m, l);
     for (int h = 0; h < H; h++) {
@@ -310,9 +312,11 @@ static void attend_chunk8(const float *qb, const void *kc, const void *vc, int k
             for (int64_t t = 0; t < n; t++) {
                 const int64_t at = rows_next(&vrows) + off + 8 * c0;
                 const __m256 p = _mm256_set1_ps(sc[h * n8 + t]);
-                for (int c = 0; c < w; c++) a[c] = _mm256_fmadd_ps(p, load8(vc, kind, at + 8 * c), a[c]);
+                for (int c = 0; c < w; c++)
+                    a[c] = _mm256_fmadd_ps(p, load8(vc, kind, at + 8 * c), a[c]);
             }
-            for (int c = 0; c < w; c++) _mm256_storeu_ps(acc + (int64_t)h * D + 8 * (c0 + c), a[c]);
+            for (int c = 0; c < w; c++)
+                _mm256_storeu_ps(acc + (int64_t)h * D + 8 * (c0 + c), a[c]);
         }
     }
     free(part);
