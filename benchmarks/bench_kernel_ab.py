@@ -2,7 +2,8 @@
 
 Builds the native library from `--base`'s sources (`git show REV:augserve/engine/native/
 ...`, the same compiler and flags as `native.build`) beside the working tree's, and runs
-the int8-activation product (`aug_gemm`, what decode steps run) of both on one decode
+the int8-activation product (`aug_gemm`, what decode steps run; `--product prefill`: the
+int16-activation product `aug_gemm16_wide`, what a prefill runs on AVX2) of both on one
 step's worth of weights: every projection of a model (`--model`: the 0.5B Qwen2 shape of
 bench_vs_llamacpp.py, or SmolLM2-135M's), random int4 weights grouped by 16 rows, all
 layers, so that the weights stream from memory as in a real step. Per row count: the two
@@ -10,6 +11,7 @@ libraries alternate, median of `--reps` steps; the outputs must be bit-identical
 change is a different order of exact integer sums, or this benchmark says so).
 
     python benchmarks/bench_kernel_ab.py --base HEAD [--rows 1 8] [--reps 15] [--out FILE]
+    python benchmarks/bench_kernel_ab.py --base HEAD --product prefill --rows 48 512 --reps 5
 """
 
 from __future__ import annotations
@@ -78,10 +80,34 @@ def step(lib: ctypes.CDLL, ws: list[nq.NativeMatrix], xs: dict[int, torch.Tensor
                      None, threads)  # fmt: skip
 
 
+def prefill_step(lib: ctypes.CDLL, ws: list[nq.NativeMatrix], xs: dict[int, torch.Tensor],
+                 ys: list[torch.Tensor], m: int, threads: int) -> None:  # fmt: skip
+    """Every product of one prefill chunk of `m` rows (float32 activations, int16 inside)."""
+    for w, y in zip(ws, ys, strict=True):
+        x, work = xs[w.k], xs[-w.k]
+        lib.aug_gemm16_wide(w.data.data_ptr(), w.fmt, x.data_ptr(), work.data_ptr(),
+                            y.data_ptr(), m, w.n, w.k, w.n, None, threads)  # fmt: skip
+
+
+def inputs(lib: ctypes.CDLL, ks: set[int], m: int, product: str) -> dict[int, torch.Tensor]:
+    """Per K the activations the product reads (prefill: float32 at K, scratch at -K)."""
+    xs = {}
+    for k in ks:
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(k))
+        if product == "prefill":
+            xs[k] = x
+            xs[-k] = torch.empty(int(lib.aug_acts16_bytes(m, k)), dtype=torch.uint8)
+        else:
+            xs[k] = torch.empty(int(lib.aug_acts_bytes(m, k)), dtype=torch.uint8)
+            lib.aug_quantize_rows(x.data_ptr(), m, k, k, xs[k].data_ptr())
+    return xs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="git revision whose kernels are the baseline")
     ap.add_argument("--model", choices=sorted(MODELS), default="qwen2-0.5b")
+    ap.add_argument("--product", choices=("decode", "prefill"), default="decode")
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=15)
@@ -96,13 +122,10 @@ def main() -> None:
     ws = weights(a.model)
     rows = []
     for m in a.rows:
-        xs = {}
-        for k in {w.k for w in ws}:
-            x = torch.randn(m, k, generator=torch.Generator().manual_seed(k))
-            xs[k] = torch.empty(int(libs["new"].aug_acts_bytes(m, k)), dtype=torch.uint8)
-            libs["new"].aug_quantize_rows(x.data_ptr(), m, k, k, xs[k].data_ptr())
+        xs = inputs(libs["new"], {w.k for w in ws}, m, a.product)
         outs = {key: [torch.empty(m, w.n) for w in ws] for key in libs}
-        fns = {key: functools.partial(step, lib, ws, xs, outs[key], m, a.threads)
+        run = prefill_step if a.product == "prefill" else step
+        fns = {key: functools.partial(run, lib, ws, xs, outs[key], m, a.threads)
                for key, lib in libs.items()}  # fmt: skip
         ms = alternated(fns, a.reps)
         same = all(torch.equal(p, q) for p, q in zip(outs["base"], outs["new"], strict=True))
@@ -111,6 +134,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     meta = {"command": " ".join(sys.argv), "base": a.base, "model": a.model,
+            "product": a.product,
             "isa": build.isa(), "threads": a.threads, "reps": a.reps,
             "load_before": load}  # fmt: skip
     if a.out:

@@ -282,17 +282,20 @@ def _runner(model: str, dtype: str | None, quantize: bool) -> ModelRunner:
     return ModelRunner(cfg)
 
 
-def _decode_logits(r: ModelRunner, prompts: list[list[int]], steps: int) -> list[torch.Tensor]:
+def _decode_logits(r: ModelRunner, prompts: list[list[int]], steps: int,
+                   first: int = 0) -> list[torch.Tensor]:  # fmt: skip
     """Teacher-forced: each prompt prefilled, then `steps` decode steps of all of them
-    together (token t of step s: a fixed function of s), the logits of every step."""
-    tables = [list(range(90 - 12 * i, 90 - 12 * i - 12, -1)) for i in range(len(prompts))]
-    for i, p in enumerate(prompts):
-        r.forward_logits([SeqChunk(f"s{i}", p, 0, tables[i], True)])
+    together (token t of step s: a fixed function of s and the prompt's index, counted
+    from `first`), the logits of every step."""
+    idx = range(first, first + len(prompts))
+    tables = [list(range(90 - 12 * i, 90 - 12 * i - 12, -1)) for i in idx]
+    for i, p in zip(idx, prompts, strict=True):
+        r.forward_logits([SeqChunk(f"s{i}", p, 0, tables[i - first], True)])
     pos = [len(p) for p in prompts]
     out = []
     for s in range(steps):
-        chunks = [SeqChunk(f"s{i}", [(7 * s + 3 * i) % 500 + 1], pos[i], tables[i], True)
-                  for i in range(len(prompts))]  # fmt: skip
+        chunks = [SeqChunk(f"s{i}", [(7 * s + 3 * i) % 500 + 1], pos[i - first], tables[i - first],
+                           True) for i in idx]  # fmt: skip
         out.append(r.forward_logits(chunks))
         pos = [p + 1 for p in pos]
     return out
@@ -325,6 +328,24 @@ def test_fused_decode_step_matches_the_dequantized_model(
         rel = ((h - w).abs().max() / w.abs().max()).item()
         cos = torch.nn.functional.cosine_similarity(h.double(), w.double(), dim=-1)
         assert rel < 0.05 and cos.min().item() > 0.998, (rel, cos)
+
+
+def test_fused_decode_rows_are_independent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The steps between a layer's products share the batch's rows among the threads
+    (decode.c): five sequences decoding together give every row's logits bit for bit as
+    that sequence decoding alone (no row read or written by another's thread)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    torch.set_num_threads(2)
+    d = make_model("qwen2", "tiny", tmp_path / "m", seed=6)
+    model = resolve_model(write_gguf(d, tmp_path / "m.gguf", qtype=Q.Q4_0, arch="qwen2"))
+    r = _runner(model, None, True)
+    assert r.native is not None
+    prompts = [list(range(5, 25)), [300, 301, 7], list(range(100, 141)), [9] * 11, [44, 45]]
+    together = _decode_logits(r, prompts, 4)
+    for i, p in enumerate(prompts):
+        alone = _decode_logits(r, [p], 4, first=i)
+        for s in range(4):
+            assert torch.equal(together[s][i], alone[s][0]), (i, s)
 
 
 def test_build_is_cached_and_failures_fall_back(

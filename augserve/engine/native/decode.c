@@ -2,23 +2,53 @@
 #include "native.h"
 
 /* ---- elementwise ------------------------------------------------------------------ */
-void aug_rmsnorm(const float *x, const float *w, float *y, int64_t M, int64_t D, float eps) {
-    for (int64_t r = 0; r < M; r++) {
-        const float *v = x + r * D;
-        float ss = 0.0f;
+static inline void rmsnorm_row(const float *v, const float *w, float *y, int64_t D, float eps) {
+    float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-        for (int64_t j = 0; j < D; j++) ss += v[j] * v[j];
-        const float inv = 1.0f / sqrtf(ss / (float)D + eps);
-        for (int64_t j = 0; j < D; j++) y[r * D + j] = w[j] * (v[j] * inv);
+    for (int64_t j = 0; j < D; j++) ss += v[j] * v[j];
+    const float inv = 1.0f / sqrtf(ss / (float)D + eps);
+    for (int64_t j = 0; j < D; j++) y[j] = w[j] * (v[j] * inv);
+}
+
+void aug_rmsnorm(const float *x, const float *w, float *y, int64_t M, int64_t D, float eps) {
+    for (int64_t r = 0; r < M; r++) rmsnorm_row(x + r * D, w, y + r * D, D, eps);
+}
+
+/* The steps between a layer's products, each a loop over the batch's rows that the
+ * threads share (a step of B > 1 rows; one row stays on the calling thread): with one
+ * thread running them the others wait in the product's barrier (docs/engine-quant.md). */
+
+/* x += add (unless NULL); h = rmsnorm(x) w; h into int8 activations xa. */
+static void resid_norm_quant(float *x, const float *add, const float *w, float *h, int64_t B,
+                             int64_t D, float eps, void *xa, int nt) {
+    const acts a = acts_at(xa, B, D);
+#pragma omp parallel for num_threads(nt) if (B > 1) schedule(static)
+    for (int64_t r = 0; r < B; r++) {
+        float *v = x + r * D;
+        if (add)
+            for (int64_t j = 0; j < D; j++) v[j] += add[r * D + j];
+        rmsnorm_row(v, w, h + r * D, D, eps);
+        aug_quantize_row(h + r * D, D, a, r);
     }
 }
 
-static void silu_mul(const float *gu, float *out, int64_t M, int64_t I) {
-    for (int64_t r = 0; r < M; r++) {
+/* act = silu(gate) * up; act into int8 activations xa. */
+static void silu_mul_quant(const float *gu, float *act, int64_t B, int64_t I, void *xa, int nt) {
+    const acts a = acts_at(xa, B, I);
+#pragma omp parallel for num_threads(nt) if (B > 1) schedule(static)
+    for (int64_t r = 0; r < B; r++) {
         const float *g = gu + r * 2 * I, *u = g + I;
+        float *o = act + r * I;
 #pragma omp simd
-        for (int64_t j = 0; j < I; j++) out[r * I + j] = g[j] / (1.0f + exp_approx(-g[j])) * u[j];
+        for (int64_t j = 0; j < I; j++) o[j] = g[j] / (1.0f + exp_approx(-g[j])) * u[j];
+        aug_quantize_row(o, I, a, r);
     }
+}
+
+static void quant_rows(const float *x, int64_t B, int64_t K, void *xa, int nt) {
+    const acts a = acts_at(xa, B, K);
+#pragma omp parallel for num_threads(nt) if (B > 1) schedule(static)
+    for (int64_t r = 0; r < B; r++) aug_quantize_row(x + r * K, K, a, r);
 }
 
 /* Neox rotary of n heads of D dims in place: pairs (i, i + D/2); cos/sin rows of D/2. */
@@ -84,9 +114,10 @@ void aug_llama_decode(const llama_model *md, float *x, int64_t B, const int64_t 
     void *xa = (void *)(tmp + B * hid);
     for (int l = 0; l < md->n_layers; l++) {
         const llama_layer *L = md->layers + l;
-        aug_rmsnorm(x, L->in_norm, h, B, hid, md->eps);
-        aug_quantize_rows(h, B, hid, hid, xa);
+        /* the previous layer's down projection joins the residual stream here */
+        resid_norm_quant(x, l ? tmp : NULL, L->in_norm, h, B, hid, md->eps, xa, nt);
         qmatmul(&L->qkv, xa, qkv, B, nt);
+#pragma omp parallel for num_threads(nt) if (B > 1) schedule(static)
         for (int64_t b = 0; b < B; b++) {
             float *r = qkv + b * qkvn;
             const float *cs = md->cos_t + positions[b] * (D / 2);
@@ -101,16 +132,14 @@ void aug_llama_decode(const llama_model *md, float *x, int64_t B, const int64_t 
         }
         aug_attn_decode(q, L->kc, L->vc, md->cache_kind, tables, tstride, lens, ao, B, H, KVH, D,
                         md->block_size, md->scale, nt);
-        aug_quantize_rows(ao, B, hd, hd, xa);
+        quant_rows(ao, B, hd, xa, nt);
         qmatmul(&L->o, xa, tmp, B, nt);
-        for (int64_t i = 0; i < B * hid; i++) x[i] += tmp[i];
-        aug_rmsnorm(x, L->post_norm, h, B, hid, md->eps);
-        aug_quantize_rows(h, B, hid, hid, xa);
+        resid_norm_quant(x, tmp, L->post_norm, h, B, hid, md->eps, xa, nt);
         qmatmul(&L->gate_up, xa, gu, B, nt);
-        silu_mul(gu, act, B, I);
-        aug_quantize_rows(act, B, I, I, xa);
+        silu_mul_quant(gu, act, B, I, xa, nt);
         qmatmul(&L->down, xa, tmp, B, nt);
-        for (int64_t i = 0; i < B * hid; i++) x[i] += tmp[i];
     }
+    if (md->n_layers > 0)
+        for (int64_t i = 0; i < B * hid; i++) x[i] += tmp[i];
     aug_rmsnorm(x, md->final_norm, out, B, hid, md->eps);
 }

@@ -17,35 +17,38 @@ const char *aug_isa(void) {
 
 int64_t aug_acts_bytes(int64_t M, int64_t K) { return acts_bytes(M, K); }
 
-void aug_quantize_rows(const float *x, int64_t M, int64_t K, int64_t ldx, void *out) {
+/* Row r of x (K floats at v) into the activations `a` of M rows: int8 per block of 32. */
+void aug_quantize_row(const float *v, int64_t K, acts a, int64_t r) {
     const int64_t nb = K / QK;
-    const acts a = acts_at(out, M, K);
-    for (int64_t r = 0; r < M; r++) {
-        for (int64_t b = 0; b < nb; b++) {
-            const float *v = x + r * ldx + b * QK;
-            int8_t *q = a.q + r * K + b * QK;
-            float amax = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const float *vb = v + b * QK;
+        int8_t *q = a.q + r * K + b * QK;
+        float amax = 0.0f;
 #pragma omp simd reduction(max : amax)
-            for (int j = 0; j < QK; j++) amax = maxf(amax, fabsf(v[j]));
-            const float d = amax / 127.0f;
-            const float id = d > 0.0f ? 1.0f / d : 0.0f;
-            int sum = 0;
+        for (int j = 0; j < QK; j++) amax = maxf(amax, fabsf(vb[j]));
+        const float d = amax / 127.0f;
+        const float id = d > 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
 #pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < QK; j++) {
-                const float t = minf(maxf(round_even(v[j] * id), -127.0f), 127.0f);
-                q[j] = (int8_t)(int)t;
-                sum += (int)t;
-            }
-            const int64_t i = r * nb + b;
-            a.d[i] = d;
-            a.s[i] = d * (float)sum;
-            a.isum[i] = sum;
-            for (int j = 0; j < 8; j++) {
-                a.d8[i * 8 + j] = d;
-                a.z8[i * 8 + j] = a.s[i] * 0.125f;
-            }
+        for (int j = 0; j < QK; j++) {
+            const float t = minf(maxf(round_even(vb[j] * id), -127.0f), 127.0f);
+            q[j] = (int8_t)(int)t;
+            sum += (int)t;
+        }
+        const int64_t i = r * nb + b;
+        a.d[i] = d;
+        a.s[i] = d * (float)sum;
+        a.isum[i] = sum;
+        for (int j = 0; j < 8; j++) {
+            a.d8[i * 8 + j] = d;
+            a.z8[i * 8 + j] = a.s[i] * 0.125f;
         }
     }
+}
+
+void aug_quantize_rows(const float *x, int64_t M, int64_t K, int64_t ldx, void *out) {
+    const acts a = acts_at(out, M, K);
+    for (int64_t r = 0; r < M; r++) aug_quantize_row(x + r * ldx, K, a, r);
 }
 
 /* ---- one weight row against TM activation rows ------------------------------------ */

@@ -223,6 +223,7 @@ static inline int64_t row_at(const int64_t *tab, int64_t t, int bs, int KVH, int
 
 /* exported functions one unit calls in another */
 void aug_quantize_rows(const float *x, int64_t M, int64_t K, int64_t ldx, void *out);
+void aug_quantize_row(const float *v, int64_t K, acts a, int64_t r);
 void aug_gemm(const void *w, int fmt, const void *x, float *y, int64_t M, int64_t N,
               int64_t K, int64_t ldy, const float *bias, int nt);
 void aug_gemm16(const void *w, int fmt, const void *x, float *y, int64_t M, int64_t N,
