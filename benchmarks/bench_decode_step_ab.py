@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_kernel_ab import base_library  # noqa: E402
+from bench_kernel_ab import base_library, commit_of  # noqa: E402
 from profile_concurrent import timed_engine  # noqa: E402
 
 from augserve.engine.native import build  # noqa: E402
@@ -74,7 +74,8 @@ def main() -> None:
     libs = {"base": base_library(a.base, cc), "new": build.load()}
     row = rounds(llm, libs, a.rounds, a.tokens)
     print(json.dumps({k: v for k, v in row.items() if k != "per_round_ms"}), flush=True)
-    meta = {"command": " ".join(sys.argv), "base": a.base, "gguf": Path(a.gguf).name,
+    meta = {"command": " ".join(sys.argv), "base": a.base, "base_commit": commit_of(a.base),
+            "gguf": Path(a.gguf).name,
             "isa": build.isa(), "threads": a.threads, "rounds": a.rounds, "tokens": a.tokens,
             "load_before": load}  # fmt: skip
     if a.out:

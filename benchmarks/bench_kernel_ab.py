@@ -58,6 +58,13 @@ def base_library(rev: str, cc: str) -> ctypes.CDLL:
     return lib
 
 
+def commit_of(rev: str) -> str:
+    """The short commit `rev` names now (a result file keeps what HEAD was)."""
+    out = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    return out.stdout.strip()
+
+
 def weights(model: str, seed: int = 0) -> list[nq.NativeMatrix]:
     shapes, layers = MODELS[model]
     g = torch.Generator().manual_seed(seed)
@@ -133,7 +140,8 @@ def main() -> None:
                "base_over_new": ms["base"] / ms["new"], "bit_identical": same}  # fmt: skip
         rows.append(row)
         print(json.dumps(row), flush=True)
-    meta = {"command": " ".join(sys.argv), "base": a.base, "model": a.model,
+    meta = {"command": " ".join(sys.argv), "base": a.base, "base_commit": commit_of(a.base),
+            "model": a.model,
             "product": a.product,
             "isa": build.isa(), "threads": a.threads, "reps": a.reps,
             "load_before": load}  # fmt: skip
