@@ -28,6 +28,12 @@ event loop ran: a client that cannot keep up inflates every TTFT it measures.
 
 With `--spy` (py-spy, `$PY_SPY`), the loaded phase of ours is sampled: every thread
 (`spy-all.txt`) and the GIL holder only (`spy-gil.txt`), raw format.
+
+With a config whose servers mark requests (`settings.measure = "server"`, both servers
+load `augserve.bench.request_marks`), each loaded row also splits the client's time to
+first token into its pieces (`split`: connect, send, to_server, server, to_client;
+`server_read.first_token_split`), from the client's transport events and the server's
+marks on one clock: what of a first token is the server's and what the client's.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ sys.path.insert(0, str(HERE))
 from bench_servers import augserve_vllm_server, measure, vllm_server  # noqa: E402
 from bench_tools_protocol import apply_config, slo_config  # noqa: E402
 from proc_cpu import cpu_delta, self_cpu, tree_cpu, with_loop_lag  # noqa: E402
+from server_read import first_token_split, take_marks  # noqa: E402
 from tool_workload import (  # noqa: E402
     VOCAB_LOW,
     ManagedServer,
@@ -171,6 +178,8 @@ def run_one(name: str, srv: ManagedServer, args: argparse.Namespace, out: Path) 
     }
     for p in spies:
         p.wait(timeout=120)
+    if args.measure == "server":  # both servers mark: the first token's time piece by piece
+        row["split"] = first_token_split(result, take_marks(srv.base_url))
     m = summarize(result.records, slo_config(args.cfg), deadline).to_dict()
     row["loaded"] = {k: m[k] for k in ("slo_attainment", "ttft_mean", "ttft_p50", "ttft_p95",
                                        "num_finished", "num_requests") if k in m}  # fmt: skip

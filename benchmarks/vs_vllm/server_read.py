@@ -61,7 +61,7 @@ def server_read(result: Replay, marks: Marks) -> ServerRead:
             timed.status, timed.finish_time = RequestStatus.FINISHED_ERROR, None
         records.append(timed)
     errors = dict(result.errors)
-    return ServerRead(Replay(records, errors, result.t0), missing)
+    return ServerRead(Replay(records, errors, result.t0, result.traces), missing)
 
 
 def _retimed(rec: Request, marks: Marks, t0: float) -> Request | None:
@@ -90,3 +90,41 @@ def _http_calls(request_id: str, marks: Marks) -> list[Mapping[str, Any]]:
         out.append(marks[f"{request_id}/{k}"])
         k += 1
     return out
+
+
+# The pieces of a first token's time, in order: the client's own marks (`Replay.traces`,
+# httpx's transport events) and the server's (`request_marks`), one clock on one machine.
+SPLIT = (
+    ("connect", "sent", "connection.connect_tcp.complete"),  # TCP connect
+    ("send", "connection.connect_tcp.complete", "http11.send_request_body.complete"),
+    ("to_server", "http11.send_request_body.complete", "body"),  # the server reading it
+    ("server", "body", "first"),  # the server's own work (its marks)
+    ("to_client", "first", "client_first"),  # the chunk's way to the client's loop
+)
+
+
+def first_token_split(replay: Replay, marks: Marks) -> dict[str, dict[str, float]]:
+    """Over the requests whose first HTTP call has every mark on both sides, each piece of
+    the client's time to first token (`SPLIT`, and `total`: sent -> the client's first
+    token): n, mean, p50, p95 in seconds. The pieces add up to the total per request."""
+    pieces: dict[str, list[float]] = {name: [] for name, _, _ in SPLIT}
+    pieces["total"] = []
+    for rec in replay.records:
+        mark = f"{rec.request_id}/0"
+        trace, server = replay.traces.get(mark, {}), marks.get(mark, {})
+        at = {**trace, "client_first": trace.get("first"), "body": server.get("body"),
+              "first": server.get("first")}  # fmt: skip
+        if any(at.get(a) is None or at.get(b) is None for _, a, b in SPLIT):
+            continue
+        for name, a, b in SPLIT:
+            pieces[name].append(at[b] - at[a])
+        pieces["total"].append(at["client_first"] - at["sent"])
+    return {name: _stats(xs) for name, xs in pieces.items()}
+
+
+def _stats(xs: list[float]) -> dict[str, float]:
+    if not xs:
+        return {"n": 0}
+    s = sorted(xs)
+    return {"n": len(s), "mean": sum(s) / len(s), "p50": s[len(s) // 2],
+            "p95": s[min(len(s) - 1, int(0.95 * len(s)))]}  # fmt: skip

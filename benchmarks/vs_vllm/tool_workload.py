@@ -35,7 +35,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,14 +153,34 @@ class Turn:
         self.tokens.extend(ids)
 
 
+def trace_hook(trace: dict[str, float]) -> Callable[[str, Any], Awaitable[None]]:
+    """An httpx `trace` extension writing the first time.monotonic() of each transport
+    event of one call into `trace` (`connection.connect_tcp.complete`,
+    `http11.send_request_body.complete`, `http11.receive_response_headers.complete`, ...)."""
+
+    async def hook(event: str, info: Any) -> None:
+        trace.setdefault(event, time.monotonic())
+
+    return hook
+
+
 async def stream_chunks(
-    client: httpx.AsyncClient, body: dict[str, Any], mark: str | None = None
-) -> AsyncIterator[dict[str, Any]]:
+    client: httpx.AsyncClient, body: dict[str, Any], mark: str | None = None,
+    trace: dict[str, float] | None = None,
+) -> AsyncIterator[dict[str, Any]]:  # fmt: skip
     """The JSON chunks of one streamed `/v1/completions` call (server-sent events); an
     HTTP error or an error chunk raises RuntimeError. `mark`: the id under which a
-    server running `augserve.bench.request_marks` keeps this call's times."""
+    server running `augserve.bench.request_marks` keeps this call's times; `trace`:
+    filled with the client's side of the same call (`trace_hook`, and `sent`: the call
+    began)."""
     headers = {} if mark is None else {MARK_HEADER: mark}
-    async with client.stream("POST", "/v1/completions", json=body, headers=headers) as resp:
+    ext = {}
+    if trace is not None:
+        trace["sent"] = time.monotonic()
+        ext["trace"] = trace_hook(trace)
+    async with client.stream(
+        "POST", "/v1/completions", json=body, headers=headers, extensions=ext
+    ) as resp:
         if resp.status_code != 200:
             text = (await resp.aread()).decode(errors="replace")[:300]
             raise RuntimeError(f"HTTP {resp.status_code}: {text}")
@@ -180,6 +200,7 @@ async def complete(
     max_tokens: int,
     extra: dict[str, Any],
     mark: str | None = None,
+    trace: dict[str, float] | None = None,
 ) -> Turn:
     """One streamed `/v1/completions` call; the generated ids (the server must return them)."""
     body = {
@@ -187,12 +208,14 @@ async def complete(
         "ignore_eos": True, "stream": True, "return_token_ids": True, **extra,
     }  # fmt: skip
     turn = Turn()
-    async for chunk in stream_chunks(client, body, mark):
+    async for chunk in stream_chunks(client, body, mark, trace):
         choices = chunk.get("choices") or []
         ids = choices[0].get("token_ids") if choices else None
         if ids is not None:
             turn.add(ids)
     turn.end = time.monotonic()
+    if trace is not None and turn.first is not None:
+        trace["first"] = turn.first
     if len(turn.tokens) != max_tokens:
         raise RuntimeError(f"asked {max_tokens} tokens, got {len(turn.tokens)} (token ids?)")
     return turn
@@ -206,11 +229,14 @@ class Replay:
     records: list[Request]
     errors: dict[str, str]
     t0: float = 0.0  # the start, in time.monotonic() (server-side marks are read against it)
+    # per HTTP call (`mark_id`), the client's side of it (`stream_chunks`' trace)
+    traces: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 async def run_request(
     client: httpx.AsyncClient, model: str, req: ToolRequest, t0: float,
     extra_body: Callable[[ToolRequest, int], dict[str, Any]], errors: dict[str, str],
+    traces: dict[str, dict[str, float]],
 ) -> Request:  # fmt: skip
     """Replay one request from its arrival on; returns its record (times after t0)."""
     rec = _record(req)
@@ -219,7 +245,9 @@ async def run_request(
         await asyncio.sleep(max(0.0, t0 + req.arrival - time.monotonic()))
         for k, seg in enumerate(req.segments):
             extra = {"session_id": req.request_id, **extra_body(req, k)}
-            turn = await complete(client, model, ctx, seg.output_len, extra, mark_id(req, k))
+            mark = mark_id(req, k)
+            trace = traces.setdefault(mark, {})
+            turn = await complete(client, model, ctx, seg.output_len, extra, mark, trace)
             if rec.first_token_time is None and turn.first is not None:
                 rec.first_token_time = turn.first - t0
             rec.num_generated_tokens += len(turn.tokens)
@@ -247,8 +275,8 @@ async def replay(
 ) -> Replay:  # fmt: skip
     """All requests, each from its arrival; whatever runs past `deadline` seconds is cancelled."""
 
-    def start(client: httpx.AsyncClient, r: ToolRequest, t0: float, errors: dict[str, str]) -> Any:
-        return run_request(client, model, r, t0, extra_body, errors)
+    def start(client: httpx.AsyncClient, r: ToolRequest, t0: float, sink: Replay) -> Any:
+        return run_request(client, model, r, t0, extra_body, sink.errors, sink.traces)
 
     return await _replay_all(base_url, workload, deadline, transport, start)
 
@@ -256,26 +284,27 @@ async def replay(
 async def _replay_all(
     base_url: str, workload: Sequence[ToolRequest], deadline: float,
     transport: httpx.AsyncBaseTransport | None,
-    start: Callable[[httpx.AsyncClient, ToolRequest, float, dict[str, str]], Any],
+    start: Callable[[httpx.AsyncClient, ToolRequest, float, Replay], Any],
 ) -> Replay:  # fmt: skip
-    """Run `start(client, request, t0, errors)` for every request; cancel at `deadline`."""
+    """Run `start(client, request, t0, sink)` for every request (it fills the sink's
+    errors and traces); cancel at `deadline`."""
     # no keep-alive: a pooled connection idle through a long call may be closed by the
     # server (uvicorn's keep-alive timeout is 5 s) just as it is reused (ReadError)
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
     timeout = httpx.Timeout(deadline, connect=30.0)
-    errors: dict[str, str] = {}
+    sink = Replay([], {})
     async with httpx.AsyncClient(
         base_url=base_url, timeout=timeout, limits=limits, transport=transport
     ) as client:
         t0 = time.monotonic()
-        tasks = [asyncio.create_task(start(client, r, t0, errors)) for r in workload]
+        tasks = [asyncio.create_task(start(client, r, t0, sink)) for r in workload]
         _, pending = await asyncio.wait(tasks, timeout=deadline)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         pairs = zip(workload, tasks, strict=True)
         records = [_record(r) if t.cancelled() else t.result() for r, t in pairs]
-        return Replay(records, errors, t0)
+        return Replay(records, sink.errors, t0, sink.traces)
 
 
 def scripted_plan(req: ToolRequest) -> list[dict[str, Any]]:
@@ -291,17 +320,18 @@ def scripted_plan(req: ToolRequest) -> list[dict[str, Any]]:
 
 
 async def run_scripted(
-    client: httpx.AsyncClient, model: str, req: ToolRequest, t0: float, errors: dict[str, str]
-) -> Request:
+    client: httpx.AsyncClient, model: str, req: ToolRequest, t0: float, errors: dict[str, str],
+    traces: dict[str, dict[str, float]],
+) -> Request:  # fmt: skip
     """Replay one request as a single scripted completion; its record (times after t0)."""
     rec = _record(req)
     try:
         await asyncio.sleep(max(0.0, t0 + req.arrival - time.monotonic()))
         sent = time.monotonic() - t0
         extra = {"augserve_segments": scripted_plan(req)}
-        turn, timing = await _scripted_turn(
-            client, model, list(req.prompt_ids), extra, mark_id(req, 0)
-        )
+        mark = mark_id(req, 0)
+        trace = traces.setdefault(mark, {})
+        turn, timing = await _scripted_turn(client, model, list(req.prompt_ids), extra, mark, trace)
         want = sum(s.output_len for s in req.segments)
         if len(turn.tokens) != want or timing is None:
             raise RuntimeError(f"planned {want} tokens, got {len(turn.tokens)} (timing: {timing})")
@@ -326,17 +356,20 @@ def _policy(call: dict[str, Any]) -> ContextPolicy | None:
 
 
 async def _scripted_turn(
-    client: httpx.AsyncClient, model: str, ctx: list[int], extra: dict[str, Any], mark: str
-) -> tuple[Turn, dict[str, Any] | None]:
+    client: httpx.AsyncClient, model: str, ctx: list[int], extra: dict[str, Any], mark: str,
+    trace: dict[str, float],
+) -> tuple[Turn, dict[str, Any] | None]:  # fmt: skip
     """A streamed scripted completion: its generated ids and the final `augserve_timing`."""
     body = {"model": model, "prompt": ctx, "temperature": 0.0, "stream": True,
             "return_token_ids": True, **extra}  # fmt: skip
     turn, timing = Turn(), None
-    async for chunk in stream_chunks(client, body, mark):
+    async for chunk in stream_chunks(client, body, mark, trace):
         for choice in chunk.get("choices") or []:
             turn.add(choice.get("token_ids") or [])
             timing = choice.get("augserve_timing", timing)
     turn.end = time.monotonic()
+    if turn.first is not None:
+        trace["first"] = turn.first
     return turn, timing
 
 
@@ -346,8 +379,8 @@ async def replay_scripted(
 ) -> Replay:  # fmt: skip
     """`replay` against augserve's scripted plans: the calls run on the server."""
 
-    def start(client: httpx.AsyncClient, r: ToolRequest, t0: float, errors: dict[str, str]) -> Any:
-        return run_scripted(client, model, r, t0, errors)
+    def start(client: httpx.AsyncClient, r: ToolRequest, t0: float, sink: Replay) -> Any:
+        return run_scripted(client, model, r, t0, sink.errors, sink.traces)
 
     return await _replay_all(base_url, workload, deadline, transport, start)
 
