@@ -95,6 +95,7 @@ def _http_calls(request_id: str, marks: Marks) -> list[Mapping[str, Any]]:
 # The pieces of a first token's time, in order: the client's own marks (`Replay.traces`,
 # httpx's transport events) and the server's (`request_marks`), one clock on one machine.
 SPLIT = (
+    ("start", "arrival", "sent"),  # the client's loop starting the call past its arrival
     ("connect", "sent", "connection.connect_tcp.complete"),  # TCP connect
     ("send", "connection.connect_tcp.complete", "http11.send_request_body.complete"),
     ("to_server", "http11.send_request_body.complete", "body"),  # the server reading it
@@ -105,20 +106,21 @@ SPLIT = (
 
 def first_token_split(replay: Replay, marks: Marks) -> dict[str, dict[str, float]]:
     """Over the requests whose first HTTP call has every mark on both sides, each piece of
-    the client's time to first token (`SPLIT`, and `total`: sent -> the client's first
-    token): n, mean, p50, p95 in seconds. The pieces add up to the total per request."""
+    the client's time to first token (`SPLIT`, and `total`: the scheduled arrival -> the
+    client's first token, the client-read TTFT): n, mean, p50, p95 in seconds. The pieces
+    add up to the total per request."""
     pieces: dict[str, list[float]] = {name: [] for name, _, _ in SPLIT}
     pieces["total"] = []
     for rec in replay.records:
         mark = f"{rec.request_id}/0"
         trace, server = replay.traces.get(mark, {}), marks.get(mark, {})
-        at = {**trace, "client_first": trace.get("first"), "body": server.get("body"),
-              "first": server.get("first")}  # fmt: skip
+        at = {**trace, "arrival": replay.t0 + rec.arrival_time, "body": server.get("body"),
+              "client_first": trace.get("first"), "first": server.get("first")}  # fmt: skip
         if any(at.get(a) is None or at.get(b) is None for _, a, b in SPLIT):
             continue
         for name, a, b in SPLIT:
             pieces[name].append(at[b] - at[a])
-        pieces["total"].append(at["client_first"] - at["sent"])
+        pieces["total"].append(at["client_first"] - at["arrival"])
     return {name: _stats(xs) for name, xs in pieces.items()}
 
 

@@ -96,8 +96,11 @@ def test_a_call_without_the_servers_marks_is_left_out() -> None:
     rec = tw._record(tw.ToolRequest("x", 0.0, (5,), (Segment(1),), ((),)))
     trace = {"sent": 1.0, "connection.connect_tcp.complete": 1.1,
              "http11.send_request_body.complete": 1.2, "first": 2.0}  # fmt: skip
-    replay = tw.Replay([rec], {}, 0.0, {"x/0": trace})
+    replay = tw.Replay([rec], {}, 0.9, {"x/0": trace})  # arrival 0.0 after t0 0.9
     assert sr.first_token_split(replay, {})["total"] == {"n": 0}
     split = sr.first_token_split(replay, {"x/0": {"body": 1.3, "first": 1.8}})
     assert split["to_server"]["mean"] == pytest.approx(0.1)
-    assert split["to_client"]["mean"] == pytest.approx(0.2) and split["total"]["n"] == 1
+    assert split["to_client"]["mean"] == pytest.approx(0.2)
+    assert split["start"]["mean"] == pytest.approx(0.1) and split["total"]["mean"] == pytest.approx(
+        1.1
+    )
