@@ -57,7 +57,7 @@ sys.path.insert(0, str(HERE))
 from bench_servers import augserve_vllm_server, measure, vllm_server  # noqa: E402
 from bench_tools_protocol import apply_config, slo_config  # noqa: E402
 from proc_cpu import cpu_delta, self_cpu, tree_cpu, with_loop_lag  # noqa: E402
-from server_read import first_token_split, take_marks  # noqa: E402
+from server_read import first_token_split, stats, take_marks  # noqa: E402
 from tool_workload import (  # noqa: E402
     VOCAB_LOW,
     ManagedServer,
@@ -133,12 +133,6 @@ def stage_deltas(
             row[f"p{round(q * 100)}_le"] = next((b for b, c in bounds if c >= q * n), 0.0)
         rows[key] = row
     return rows
-
-
-def stats(xs: list[float]) -> dict[str, float]:
-    s = sorted(xs)
-    return {"n": len(s), "mean": sum(s) / len(s), "p50": s[len(s) // 2],
-            "p95": s[min(len(s) - 1, int(0.95 * len(s)))]}  # fmt: skip
 
 
 def spy(pid: int, seconds: float, out: Path) -> list[subprocess.Popen[bytes]]:

@@ -121,10 +121,11 @@ def first_token_split(replay: Replay, marks: Marks) -> dict[str, dict[str, float
         for name, a, b in SPLIT:
             pieces[name].append(at[b] - at[a])
         pieces["total"].append(at["client_first"] - at["arrival"])
-    return {name: _stats(xs) for name, xs in pieces.items()}
+    return {name: stats(xs) for name, xs in pieces.items()}
 
 
-def _stats(xs: list[float]) -> dict[str, float]:
+def stats(xs: list[float]) -> dict[str, float]:
+    """n, mean, p50 and p95 of `xs` ({"n": 0} when empty)."""
     if not xs:
         return {"n": 0}
     s = sorted(xs)
