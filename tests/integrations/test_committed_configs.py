@@ -82,3 +82,16 @@ def test_the_served_path_r5_is_r4_with_six_fresh_repeats() -> None:
     assert row["seeds"] == [3, 4, 5, 6, 7, 8] and not set(row["seeds"]) & set(base["seeds"])
     assert row["split"] == [[k] for k in range(6)]
     assert row["comment"].startswith("NOT RUN YET")
+
+
+def test_the_tool_headline_r5_is_r4_with_two_rates_above_and_fresh_seeds() -> None:
+    """r5 (issue 36) gives the tool headline's capacity ratio an interval: r4's grid with
+    9.0 and 12.0 req/s above it, seeds no earlier run at this scale drew, in three parts."""
+    base = json.loads((CONFIGS / "vs-vllm-tools-r4.json").read_text())
+    row = json.loads((CONFIGS / "vs-vllm-tools-r5.json").read_text())
+    changed = {k for k in base.keys() | row.keys() if base.get(k) != row.get(k)}
+    assert changed == {"name", "comment", "rates", "seeds", "split"}
+    assert row["rates"] == [*base["rates"], 9.0, 12.0]
+    assert row["seeds"] == [3, 4, 5] and not set(row["seeds"]) & set(base["seeds"])
+    assert row["split"] == [[0], [1], [2]] and row["time_scale"] == 1.0
+    assert row["comment"].startswith("NOT RUN YET")
