@@ -19,6 +19,10 @@ checkout="${CHECKOUT:-/tmp/augserve-parts-$(git -C "$root" rev-parse --short "$c
 [ -d "$checkout" ] || git -C "$root" worktree add --detach "$checkout" "$commit" >&2
 [ "$(git -C "$checkout" rev-parse HEAD)" = "$(git -C "$root" rev-parse "$commit^{commit}")" ] \
   || { echo "$checkout is not at $commit" >&2; exit 1; }
+# the benchmark starts our server as .venv/bin/augserve under the repository it runs from:
+# the checkout borrows this tree's environment, whose Python imports the checkout's code
+# (PYTHONPATH below comes before the editable install)
+[ -e "$checkout/.venv" ] || ln -s "$root/.venv" "$checkout/.venv"
 load() { cut -d' ' -f1 /proc/loadavg; }
 for k in "$@"; do
   while awk -v l="$(load)" -v q="$quiet" 'BEGIN { exit !(l >= q) }'; do sleep 15; done

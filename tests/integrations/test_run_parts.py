@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "vs_vllm" / "run_parts.sh"
 # stands in for the benchmark: records where it ran, from which code, with which arguments
 FAKE = """#!/usr/bin/env bash
-echo "cwd=$PWD pythonpath=$PYTHONPATH code=$(cat code.txt) args=$*"
+echo "cwd=$PWD pythonpath=$PYTHONPATH code=$(cat code.txt) venv=$(readlink .venv) args=$*"
 """
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -64,6 +64,8 @@ def test_each_part_runs_in_order_from_part_0s_commit(tmp_path: Path) -> None:
     for k in (3, 4):
         log = (tmp_path / "out" / f"part-{k}.log").read_text()
         assert f"cwd={checkout} pythonpath={checkout} code=v1 " in log  # not the tree's v2
+        # our server starts as .venv/bin/augserve in the checkout: the tree's environment
+        assert f" venv={repo / '.venv'} " in log
         out = f"--out {tmp_path}/out/part-{k}.json"
         assert f"--config cfg.json --model m --repeats {k} {out}" in log
     assert (repo / "code.txt").read_text() == "v2"  # the working tree is left as it was
