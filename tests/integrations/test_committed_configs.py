@@ -95,3 +95,18 @@ def test_the_tool_headline_r5_is_r4_with_two_rates_above_and_fresh_seeds() -> No
     assert row["seeds"] == [3, 4, 5] and not set(row["seeds"]) & set(base["seeds"])
     assert row["split"] == [[0], [1], [2]] and row["time_scale"] == 1.0
     assert row["comment"].startswith("NOT RUN YET")
+
+
+def test_the_plugin_r4_is_r3_with_longer_cells_and_fresh_seeds() -> None:
+    """r4 (issue 40) asks r3's question with three times the arrivals a cell, on six
+    seeds no earlier plugin run drew, one part each; nothing else moves."""
+    base = json.loads((CONFIGS / "vs-vllm-plugin-r3.json").read_text())
+    row = json.loads((CONFIGS / "vs-vllm-plugin-r4.json").read_text())
+    changed = {k for k in base.keys() | row.keys() if base.get(k) != row.get(k)}
+    assert changed == {"name", "comment", "duration_s", "seeds"}
+    assert (base["duration_s"], row["duration_s"]) == (30.0, 90.0)
+    earlier = {s for r in (1, 2, 3) for s in json.loads(
+        (CONFIGS / f"vs-vllm-plugin-r{r}.json").read_text())["seeds"]}  # fmt: skip
+    assert row["seeds"] == list(range(9, 15)) and not set(row["seeds"]) & earlier
+    assert row["split"] == [[k] for k in range(6)]
+    assert row["comment"].startswith("NOT RUN YET")
