@@ -1,9 +1,10 @@
 """Checks every committed protocol run of the tool workload against real vLLM must
-pass (the r3 and r4 tests): it follows its config, with equal memory and no host
-pool, and each cell has its 3 repeats on a quiet machine."""
+pass (r3 on): it follows its config, with equal memory and no host pool, each cell has
+its repeats on a quiet machine, and each part of a split run is its repeat of the config."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -39,3 +40,25 @@ def check_quiet_cells(result: dict[str, Any], rates: list[float], max_load: floa
         assert len(c["attainment"]) == 3 and len(c["load"]) == 3
         assert max(c["load"]) < max_load  # quiet: nothing else ran (1-minute load average)
     assert all(not r["errors"] for r in result["rows"])
+
+
+def check_part(part: dict[str, Any], config: Path, k: int, max_load: float = 2.0) -> None:
+    """A part of a split tool run: repeat k of `config` byte for byte (its sha256), with
+    its seeds and SLO, equal memory and no host pool, every cell, each started quiet (1-minute
+    load under `max_load`) and without a client error."""
+    cfg = json.loads(config.read_text())
+    assert part["config"] == f"benchmarks/configs/{config.name}"
+    assert part["config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
+    assert part["repeats_run"] == [k] and [k] in cfg["split"]
+    ours, theirs = part["servers"][OURS], part["servers"]["vllm"]
+    assert "--predictor online" in ours and "--num-device-blocks 128" in ours
+    assert "--swap-space" not in ours and "--num-gpu-blocks-override 128" in theirs
+    assert {(r["rate"], r["engine"]) for r in part["rows"]} == {
+        (rate, e) for rate in cfg["rates"] for e in ("vllm", OURS)
+    }
+    for r in part["rows"]:
+        seed = 1000 * cfg["seeds"][k] + cfg["rates"].index(r["rate"])
+        assert r["repeat"] == k and r["seed"] == seed
+        assert r["load_avg_1min"] < max_load and not r["errors"]
+        assert r["metrics"]["ttft_slo"] == cfg["slo"]["ttft_s"]  # judged by the config's SLO
+        assert r["metrics"]["norm_latency_slo"] == cfg["slo"]["norm_latency_s"]
