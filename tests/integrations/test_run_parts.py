@@ -14,6 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "vs_vllm" / "run_parts.sh"
 # stands in for the benchmark: records where it ran, from which code, with which arguments
 FAKE = """#!/usr/bin/env bash
+if [ -n "${EDIT:-}" ]; then  # rewritten in place (the same file, as some editors save)
+  text="$(cat "$EDIT")"; printf '# a line added while the run goes on\n%s\n' "$text" > "$EDIT"
+fi
 echo "cwd=$PWD pythonpath=$PYTHONPATH code=$(cat code.txt) venv=$(readlink .venv) args=$*"
 """
 
@@ -43,13 +46,17 @@ def _repo(tmp_path: Path) -> tuple[Path, str]:
     return repo, first
 
 
-def _run(repo: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    repo: Path, tmp_path: Path, *args: str, edit: bool = False
+) -> subprocess.CompletedProcess[str]:
     fake = tmp_path / "python"
     fake.write_text(FAKE)
     fake.chmod(0o755)
     env = {**os.environ, "PYTHON": str(fake), "QUIET_LOAD": "1000", "MODEL": "m",
            "CHECKOUT": str(tmp_path / "checkout")}  # fmt: skip
     script = repo / "benchmarks" / "vs_vllm" / "run_parts.sh"
+    if edit:  # each part edits the running script, as a developer may during hours of parts
+        env["EDIT"] = str(script)
     return subprocess.run(["bash", str(script), *args], env=env, capture_output=True,
                           text=True, timeout=60)  # fmt: skip
 
@@ -69,6 +76,15 @@ def test_each_part_runs_in_order_from_part_0s_commit(tmp_path: Path) -> None:
         out = f"--out {tmp_path}/out/part-{k}.json"
         assert f"--config cfg.json --model m --repeats {k} {out}" in log
     assert (repo / "code.txt").read_text() == "v2"  # the working tree is left as it was
+
+
+def test_editing_the_script_during_a_run_changes_nothing_in_it(tmp_path: Path) -> None:
+    repo, first = _repo(tmp_path)
+    done = _run(repo, tmp_path, "cfg.json", first, str(tmp_path / "out"), "0", "1", edit=True)
+    assert done.returncode == 0, done.stderr
+    assert [line.split()[2] for line in done.stdout.splitlines()] == ["0", "0", "1", "1"]
+    script = (repo / "benchmarks" / "vs_vllm" / "run_parts.sh").read_text()
+    assert script.count("a line added while the run goes on") == 2  # it was edited twice
 
 
 def test_a_checkout_at_another_commit_is_refused(tmp_path: Path) -> None:
