@@ -7,6 +7,7 @@ the one the docs and README state."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,17 @@ def test_where_the_plugin_is_ahead_and_where_not() -> None:
     good = {k: round(c["goodput_interval"]["mean"], 2) for k, c in cells.items()}
     assert (good[(3.0, OURS)], good[(3.0, "vllm")]) == (2.62, 2.41)
     assert (good[(4.0, OURS)], good[(4.0, "vllm")]) == (3.6, 3.68)
+
+
+def test_what_the_plugin_changed_in_part_5_by_its_own_counters() -> None:
+    """docs/vllm-plugin.md: in part 5's server log (the one kept) the admission gate closed
+    in none of 25,292 steps, the step budget was below T_max in 21, and 7 client turns had
+    their KV held for the session's next turn; what the plugin changed there is the order
+    vLLM saw the waiting requests in."""
+    log = (DATA / "vs-vllm-plugin-r3-part-5-plugin-stats.log").read_text().splitlines()
+    pat = re.compile(r"augserve: (\d+) steps, mean budget \d+ \((\d+) below T_max, (\d+) gated\)")
+    counts = [tuple(int(x) for x in m.groups()) for m in map(pat.search, log) if m]
+    assert len(counts) == len(log) == 22
+    steps, below, gated = (sum(c[i] for c in counts) for i in range(3))
+    assert (steps, below, gated) == (25292, 21, 0)
+    assert "{'held': 7, 'taken_over': 4, 'expired': 3, 'pressure': 0}" in log[-1]
