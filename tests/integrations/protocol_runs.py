@@ -42,23 +42,33 @@ def check_quiet_cells(result: dict[str, Any], rates: list[float], max_load: floa
     assert all(not r["errors"] for r in result["rows"])
 
 
-def check_part(part: dict[str, Any], config: Path, k: int, max_load: float = 2.0) -> None:
-    """A part of a split tool run: repeat k of `config` byte for byte (its sha256), with
-    its seeds and SLO, equal memory and no host pool, every cell, each started quiet (1-minute
-    load under `max_load`) and without a client error."""
-    cfg = json.loads(config.read_text())
+def check_repeat_of_config(
+    part: dict[str, Any], config: Path, k: int, engines: tuple[str, str], max_load: float
+) -> dict[str, Any]:
+    """What every part of a split run must hold, whatever it compares: it ran repeat k of
+    `config` byte for byte (its sha256), every cell of `engines` at the config's rates on
+    the config's seeds, each started quiet (1-minute load under `max_load`) and without a
+    client error. Returns the config."""
+    cfg: dict[str, Any] = json.loads(config.read_text())
     assert part["config"] == f"benchmarks/configs/{config.name}"
     assert part["config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
     assert part["repeats_run"] == [k] and [k] in cfg["split"]
-    ours, theirs = part["servers"][OURS], part["servers"]["vllm"]
-    assert "--predictor online" in ours and "--num-device-blocks 128" in ours
-    assert "--swap-space" not in ours and "--num-gpu-blocks-override 128" in theirs
-    assert {(r["rate"], r["engine"]) for r in part["rows"]} == {
-        (rate, e) for rate in cfg["rates"] for e in ("vllm", OURS)
-    }
+    cells = {(r["rate"], r["engine"]) for r in part["rows"]}
+    assert cells == {(rate, e) for rate in cfg["rates"] for e in engines}
     for r in part["rows"]:
         seed = 1000 * cfg["seeds"][k] + cfg["rates"].index(r["rate"])
         assert r["repeat"] == k and r["seed"] == seed
         assert r["load_avg_1min"] < max_load and not r["errors"]
-        assert r["metrics"]["ttft_slo"] == cfg["slo"]["ttft_s"]  # judged by the config's SLO
+    return cfg
+
+
+def check_part(part: dict[str, Any], config: Path, k: int, max_load: float = 2.0) -> None:
+    """A part of a split tool run (`check_repeat_of_config`), with equal memory, no host
+    pool, the online predictor, and every cell judged by the config's SLO."""
+    cfg = check_repeat_of_config(part, config, k, ("vllm", OURS), max_load)
+    ours, theirs = part["servers"][OURS], part["servers"]["vllm"]
+    assert "--predictor online" in ours and "--num-device-blocks 128" in ours
+    assert "--swap-space" not in ours and "--num-gpu-blocks-override 128" in theirs
+    for r in part["rows"]:
+        assert r["metrics"]["ttft_slo"] == cfg["slo"]["ttft_s"]
         assert r["metrics"]["norm_latency_slo"] == cfg["slo"]["norm_latency_s"]

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from augserve.bench.capacity import Crossing, crossing
+from tests.integrations.protocol_runs import check_repeat_of_config
 
-ROOT = Path(__file__).resolve().parents[2]
 OURS = "augserve:augserve-slo+online"
 
 
@@ -36,22 +35,13 @@ def part_crossing(part: dict[str, Any], engine: str, target: float = 0.9) -> Cro
 
 def check_part(part: dict[str, Any], config: Path, k: int) -> None:
     """Part `k` ran repeat k of `config` byte for byte, every cell finished, quiet."""
-    cfg = read(config)
-    assert part["config"] == str(config.relative_to(ROOT))
-    assert part["config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
-    assert part["repeats_run"] == [k] and [k] in cfg["split"]
+    cfg = check_repeat_of_config(part, config, k, ("vllm", OURS), max_load=2.0)
     ours, theirs = part["servers"][OURS], part["servers"]["vllm"]
     assert "--num-device-blocks 128" in ours and "--num-gpu-blocks-override 128" in theirs
     assert "--swap-space" not in ours  # no host pool: the same 4,096 KV tokens each
     assert "--predictor online" in ours and "--policy augserve-slo" in ours
     assert f"--set slo_ttft={cfg['slo']['ttft_s']}" in ours  # told the SLO it is judged by
-    cells = {(r["rate"], r["engine"]) for r in part["rows"]}
-    assert cells == {(rate, e) for rate in cfg["rates"] for e in ("vllm", OURS)}
-    for r in part["rows"]:
-        index = cfg["rates"].index(r["rate"])
-        assert r["repeat"] == k and r["seed"] == 1000 * cfg["seeds"][k] + index
-        assert r["load_avg_1min"] < 2.0 and not r["errors"]  # quiet: nothing else ran
-        assert r["metrics"]["num_unfinished"] == 0
+    assert all(r["metrics"]["num_unfinished"] == 0 for r in part["rows"])
 
 
 def check_merged(merged: dict[str, Any], config: Path, parts: list[Path]) -> dict[Any, int]:
@@ -78,12 +68,10 @@ def check_plugin_part(
 ) -> None:
     """A plugin part (`vs-vllm-plugin-*`): repeat k of `config` byte for byte; the same
     vLLM server and flags twice, the row `ours` adding only our scheduler class and its
-    options (`policy`, the online predictor, the SLO told); every cell, quiet (1-minute
-    load under `max_load` at its start)."""
-    cfg = read(config)
-    assert part["config"] == str(config.relative_to(ROOT))
-    assert part["config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
-    assert part["repeats_run"] == [k] and cfg["settings"]["augserve_engine"] == "vllm-plugin"
+    options (`policy`, the online predictor, the SLO told); `check_repeat_of_config`
+    with `max_load`."""
+    cfg = check_repeat_of_config(part, config, k, ("vllm", ours), max_load)
+    assert cfg["settings"]["augserve_engine"] == "vllm-plugin"
     mine, theirs = part["servers"][ours], part["servers"]["vllm"]
     assert mine.startswith(theirs.split(" --port ")[0]) and PLUGIN in mine and PLUGIN not in theirs
     after_port = [cmd.split(" --port ")[1].split(" ", 1)[1] for cmd in (mine, theirs)]
@@ -92,7 +80,3 @@ def check_plugin_part(
     assert (opts["policy"], opts["predictor"]) == (policy, "online")
     assert opts["slo_ttft"] == cfg["slo"]["ttft_s"]
     assert "--num-gpu-blocks-override 128" in mine and "--num-gpu-blocks-override 128" in theirs
-    cells = {(r["rate"], r["engine"]) for r in part["rows"]}
-    assert cells == {(rate, e) for rate in cfg["rates"] for e in ("vllm", ours)}
-    for r in part["rows"]:  # quiet: nothing but the run's own servers
-        assert r["repeat"] == k and r["load_avg_1min"] < max_load and not r["errors"]
