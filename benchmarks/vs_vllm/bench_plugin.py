@@ -33,14 +33,13 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from common import cpu_flags  # noqa: E402
+from managed_server import ManagedServer, free_port  # noqa: E402
 from tool_workload import (  # noqa: E402
-    ManagedServer,
     Replay,
     Scale,
     build_workload,
     complete,
     decode_iteration_time,
-    free_port,
     replay,
     slo_from_iteration,
     summarize,

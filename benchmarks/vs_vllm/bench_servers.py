@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from bench_plugin import CPU_ENV, VLLM_PY, prefill_time
+from managed_server import ManagedServer, free_port
 from session_loop import augserve_turn_extras, plain_turn_extras
-from tool_workload import ManagedServer, ToolRequest, decode_iteration_time, free_port, vllm_extras
+from tool_workload import ToolRequest, decode_iteration_time, vllm_extras
 
 from augserve.integrations.options import PluginOptions
 

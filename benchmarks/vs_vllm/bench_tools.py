@@ -87,10 +87,10 @@ from bench_tools_protocol import (  # noqa: E402
 )
 from bench_tools_report import row_for, table  # noqa: E402
 from common import cpu_flags  # noqa: E402
+from managed_server import ManagedServer  # noqa: E402
 from server_read import server_read, take_marks  # noqa: E402
 from session_loop import TurnLog, replay_agents  # noqa: E402
 from tool_workload import (  # noqa: E402
-    ManagedServer,
     Replay,
     Scale,
     build_workload,

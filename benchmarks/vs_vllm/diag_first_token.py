@@ -56,11 +56,11 @@ sys.path.insert(0, str(HERE))
 
 from bench_servers import augserve_vllm_server, measure, vllm_server  # noqa: E402
 from bench_tools_protocol import apply_config, slo_config  # noqa: E402
+from managed_server import ManagedServer  # noqa: E402
 from proc_cpu import cpu_delta, self_cpu, tree_cpu, with_loop_lag  # noqa: E402
 from server_read import first_token_split, stats, take_marks  # noqa: E402
 from tool_workload import (  # noqa: E402
     VOCAB_LOW,
-    ManagedServer,
     Scale,
     build_workload,
     complete,

@@ -19,6 +19,7 @@ httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "vs_vllm"))
 
+import managed_server as ms  # noqa: E402
 import server_read as sr  # noqa: E402
 import tool_workload as tw  # noqa: E402
 
@@ -51,7 +52,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    port = tw.free_port()
+    port = ms.free_port()
     cfg = uvicorn.Config(RequestMarks(app), host="127.0.0.1", port=port, log_level="error")
     server = uvicorn.Server(cfg)
     thread = threading.Thread(target=server.run, daemon=True)

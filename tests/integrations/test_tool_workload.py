@@ -16,6 +16,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "vs_vllm"))
 
+import managed_server as ms  # noqa: E402
 import tool_workload as tw  # noqa: E402
 
 from augserve.core.metrics import SLOConfig  # noqa: E402
@@ -136,16 +137,16 @@ SERVER = textwrap.dedent(
 
 
 def test_managed_server_is_healthy_then_gone_with_its_children(tmp_path: Path) -> None:
-    port = tw.free_port()
-    srv = tw.ManagedServer(
+    port = ms.free_port()
+    srv = ms.ManagedServer(
         [sys.executable, "-c", SERVER, str(port)], port, {}, tmp_path / "server.log"
     )
     with srv:
         assert srv.proc is not None
         pgid = srv.proc.pid
         assert httpx.get(srv.base_url + "/health").status_code == 200
-        assert not tw.port_free(port)
-    assert srv.proc is None and tw.port_free(port)
+        assert not ms.port_free(port)
+    assert srv.proc is None and ms.port_free(port)
     gone = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True)
     assert gone.returncode == 1  # no process left in the server's group (the child too)
 
