@@ -2,7 +2,7 @@
 
 A benchmark client judges a request by when it saw the first and the last token. On a
 small machine the client's own process stalls now and then (a micro-VM's CPUs are
-sometimes not running at all: docs/vllm-plugin.md, "The first token's path"), and a
+sometimes not running at all: docs/results-vllm-plugin.md, "The first token's path"), and a
 stall lands on whichever request is between its connection and its body at that
 moment; the server with more requests in flight takes more of them. `RequestMarks`
 reads the times where the server sees them, identically on both servers of a

@@ -1,4 +1,4 @@
-"""The diagnosis of `serve --engine vllm`'s first tokens (docs/vllm-plugin.md, "The
+"""The diagnosis of `serve --engine vllm`'s first tokens (docs/results-vllm-plugin.md, "The
 first token's path, stage by stage"): the numbers the docs state are in the committed
 runs, and what they conclude holds in them: every stage the server performs is short,
 the long waits are the two in which it waits for the client."""

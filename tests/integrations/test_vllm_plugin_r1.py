@@ -1,5 +1,5 @@
 """The vLLM plugin against vLLM's default scheduler under the protocol (issue 40's
-must-show; docs/vllm-plugin.md, "The plugin under the protocol: r1"): the parts run so
+must-show; docs/results-vllm-plugin.md, "The plugin under the protocol: r1"): the parts run so
 far follow the config committed before them, with the same vLLM flags on both servers
 but the scheduler class, the online predictor, the SLO told, quiet; the attainments and
 crossings the docs state are in them; merged, the capacity ratio is a tie (0.97, its
@@ -66,7 +66,7 @@ def test_the_merged_run_has_three_repeats_of_every_cell() -> None:
 
 
 def test_the_capacity_ratio_is_a_tie_and_the_plugin_holds_more_past_the_knee() -> None:
-    """docs/vllm-plugin.md: vLLM 4.22 req/s [2.02, 6.03], the plugin 4.09 [2.00, 5.97];
+    """docs/results-vllm-plugin.md: vLLM 4.22 req/s [2.02, 6.03], the plugin 4.09 [2.00, 5.97];
     the ratio 0.97, per repeat 0.90 / 1.04 / 1.05, interval [0.79, 1.20] (not a win);
     at 6.5 req/s the plugin's attainment is the higher in all three repeats."""
     result = read(MERGED)

@@ -1,5 +1,5 @@
 """The vLLM plugin with our own policy against vLLM's default scheduler under the
-protocol (issue 40's must-show; docs/vllm-plugin.md, "The plugin under the protocol:
+protocol (issue 40's must-show; docs/results-vllm-plugin.md, "The plugin under the protocol:
 r2"): `augserve-slo` with its admission gate and client-session holds inside vLLM, the
 online predictor, no plan sent. Every part ran the config committed before it, on part
 0's commit, on one machine (an AVX2-only AMD EPYC), quiet; the attainments, crossings
@@ -79,7 +79,7 @@ def test_the_capacities_and_ratio_the_docs_state() -> None:
     again = capacities(result["cells"])
     assert again["capacity"] == result["capacity"]
     assert again["capacity_ratio"] == result["capacity_ratio"]
-    """docs/vllm-plugin.md: vLLM 1.94 req/s (censored: below the grid in one repeat), the
+    """docs/results-vllm-plugin.md: vLLM 1.94 req/s (censored: below the grid in one repeat), the
     plugin 2.54 [0.64, 4.12]; the ratio 1.31 (censored), per repeat 1.06 / 1.74 / >= 1.08,
     its lower bound's mean 1.29 and 95% low end 0.33; the plugin's mean attainment the
     higher at every rate, and in 8 of the 9 repeat pairs."""

@@ -1,4 +1,4 @@
-"""The plugin's r3 (issue 40; docs/vllm-plugin.md, "r3: r2 on a grid across the knee"):
+"""The plugin's r3 (issue 40; docs/results-vllm-plugin.md, "r3: r2 on a grid across the knee"):
 r2 on rates 1.0-4.0 req/s with six fresh repeats, one part each, over two sittings, all
 from the checkout of the commit that pre-registered it, on one machine kind. Each part is
 its own repeat of the committed config; the merged reading, taken once after part 5, is
@@ -90,7 +90,7 @@ def test_the_merged_run_is_the_six_parts_and_nothing_else() -> None:
 
 
 def test_the_capacities_and_ratio_the_docs_state() -> None:
-    """docs/vllm-plugin.md: the plugin 3.19 req/s [2.15, 3.54] (mean of repeats 2.85), vLLM
+    """docs/results-vllm-plugin.md: the plugin 3.19 req/s [2.15, 3.54] (mean of repeats 2.85), vLLM
     2.40 (censored: below the grid in repeat 5); ratio 1.33x, censored, per repeat 1.17 /
     1.31 / 1.00 / 1.32 / 1.22 / at least 3.86; the conservative lower end's mean 1.65 and
     95% low end 0.50: not established. The plugin's crossing is at or above vLLM's in every
@@ -118,7 +118,7 @@ def test_the_capacities_and_ratio_the_docs_state() -> None:
 
 
 def test_where_the_plugin_is_ahead_and_where_not() -> None:
-    """docs/vllm-plugin.md: mean attainment 98 / 95 / 91 / 85% against vLLM's 98 / 94 / 84 /
+    """docs/results-vllm-plugin.md: mean attainment 98 / 95 / 91 / 85% against vLLM's 98 / 94 / 84 /
     87%; at 3.0 req/s the plugin is ahead in 5 of 6 repeats (goodput 2.62 vs 2.41), at 4.0
     behind in 5 of 6 (3.60 vs 3.68), with the higher mean time to first token in 5 of 6."""
     result = read(MERGED)
@@ -144,7 +144,7 @@ def test_where_the_plugin_is_ahead_and_where_not() -> None:
 
 
 def test_what_the_plugin_changed_in_part_5_by_its_own_counters() -> None:
-    """docs/vllm-plugin.md: in part 5's server log (the one kept) the admission gate closed
+    """docs/results-vllm-plugin.md: in part 5's server log (the one kept) the admission gate closed
     in none of 25,292 steps, the step budget was below T_max in 21, and 7 client turns had
     their KV held for the session's next turn; what the plugin changed there is the order
     vLLM saw the waiting requests in."""

@@ -1,5 +1,5 @@
 """The committed run of `augserve serve --engine vllm` against plain vLLM (issue 40's
-must-show, docs/vllm-plugin.md): the file follows the protocol (docs/benchmarking.md)
+must-show, docs/results-vllm-plugin.md): the file follows the protocol (docs/benchmarking.md)
 and what the docs say about it is in it."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_every_cell_has_three_repeats_and_its_load() -> None:
 
 
 def test_the_capacity_ratio_the_docs_state_and_that_it_is_not_established() -> None:
-    """docs/vllm-plugin.md: per repeat 1.00, 0.58, 1.00; censored, no interval."""
+    """docs/results-vllm-plugin.md: per repeat 1.00, 0.58, 1.00; censored, no interval."""
     ratio = read(DATA)["capacity_ratio"][OURS]
     assert [round(x, 2) for x in ratio["per_repeat"]] == [1.0, 0.58, 1.0]
     assert round(ratio["ratio"], 2) == 1.28 and round(ratio["interval"]["mean"], 2) == 0.86

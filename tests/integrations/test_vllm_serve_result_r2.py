@@ -1,5 +1,5 @@
 """The quiet protocol run of `augserve serve --engine vllm` against plain vLLM (issue
-40's must-show; docs/vllm-plugin.md, "r2"): it follows its committed config, each cell
+40's must-show; docs/results-vllm-plugin.md, "r2"): it follows its committed config, each cell
 has 3 repeats on a quiet machine, and the numbers the docs and README state (a capacity
 ratio of 0.70, below 1) are in it."""
 
@@ -50,7 +50,7 @@ def test_every_cell_has_three_repeats_on_a_quiet_machine() -> None:
 
 
 def test_the_capacities_are_the_cells_own_and_the_ratio_the_docs_state() -> None:
-    """docs/vllm-plugin.md: ours 2.25 req/s [1.55, 3.08], vLLM 3.23 [2.10, 4.24]; the
+    """docs/results-vllm-plugin.md: ours 2.25 req/s [1.55, 3.08], vLLM 3.23 [2.10, 4.24]; the
     ratio 0.70, per repeat 0.77 / 0.72 / 0.71, interval [0.65, 0.81]: below 1."""
     result = read(DATA)
     again = capacities(result["cells"])
@@ -71,7 +71,7 @@ def test_the_capacities_are_the_cells_own_and_the_ratio_the_docs_state() -> None
 def test_ours_loses_on_time_to_first_token_not_on_decoding() -> None:
     """At 4.0 and 6.5 req/s our server over vLLM has the longer TTFT in every repeat and
     the shorter or equal normalized latency in most: what fails the SLO is the wait for a
-    first token (docs/vllm-plugin.md)."""
+    first token (docs/results-vllm-plugin.md)."""
     rows = read(DATA)["rows"]
     by = {(r["rate"], r["engine"], r["repeat"]): r["metrics"] for r in rows}
     for rate in (4.0, 6.5):

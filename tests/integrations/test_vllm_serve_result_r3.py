@@ -1,5 +1,5 @@
 """r3 of `augserve serve --engine vllm` against plain vLLM under the protocol (issue 40's
-must-show; docs/vllm-plugin.md, "r3: read on the servers and by the client"): r2 with
+must-show; docs/results-vllm-plugin.md, "r3: read on the servers and by the client"): r2 with
 every request timed by the servers, the client's reading kept beside. Each part ran its
 repeat of the config committed before it, on part 0's commit and one machine, quiet;
 every finished request was marked on both servers; the numbers the docs state, of
@@ -58,7 +58,7 @@ def test_each_part_ran_its_repeat_on_part_0s_commit_and_machine_all_marked(k: in
 
 
 def test_read_on_the_servers_a_tie_censored_at_the_grid_top() -> None:
-    """docs/vllm-plugin.md: mean attainment 99 / 99 / 87% ours, 99 / 99 / 84% vLLM; ours
+    """docs/results-vllm-plugin.md: mean attainment 99 / 99 / 87% ours, 99 / 99 / 84% vLLM; ours
     5.82 req/s, vLLM 5.45, both censored in a repeat; the ratio 1.07, per repeat 1.12 /
     0.83 / 1.00 (both above the grid in repeat 2), with no interval and no bound."""
     result = read(MERGED)

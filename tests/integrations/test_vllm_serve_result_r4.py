@@ -1,5 +1,5 @@
 """r4 of `augserve serve --engine vllm` against plain vLLM under the protocol (issue 40's
-must-show; docs/vllm-plugin.md, "r4: a fourth rate"): r3 with 9.0 req/s added to the
+must-show; docs/results-vllm-plugin.md, "r4: a fourth rate"): r3 with 9.0 req/s added to the
 grid, so that each repeat's curve can cross inside it. Each part ran its repeat of the
 config committed before it, on part 0's commit and one machine, quiet; every finished
 request was marked on both servers; the numbers the docs state are the data's."""
@@ -48,7 +48,7 @@ def test_each_part_ran_its_repeat_on_part_0s_commit_and_machine_all_marked(k: in
 
 
 def test_read_on_the_servers_ours_ahead_in_every_repeat_the_interval_spans_one() -> None:
-    """docs/vllm-plugin.md: mean attainment 99 / 99 / 83 / 80% ours, 99 / 94 / 67 / 53%
+    """docs/results-vllm-plugin.md: mean attainment 99 / 99 / 83 / 80% ours, 99 / 94 / 67 / 53%
     vLLM; capacity ours 5.37 req/s, vLLM 4.39, ratio 1.22, uncensored; per repeat 1.46 /
     1.17 / 1.08, mean 1.24 [0.74, 1.73]; goodput at 9.0 req/s 6.82 against 4.38."""
     result = read(MERGED)

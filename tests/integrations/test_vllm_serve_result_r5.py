@@ -1,5 +1,5 @@
 """r5 of `augserve serve --engine vllm` against plain vLLM under the protocol (issue 40;
-docs/vllm-plugin.md, "r5, pre-registered"): r4 with six fresh repeats, one part each,
+docs/results-vllm-plugin.md, "r5, pre-registered"): r4 with six fresh repeats, one part each,
 read alone. The parts ran over two sittings, each its own repeat of the committed config,
 on part 0's commit and machine, quiet, every request marked on both servers; the reading
 was taken once, after all six were in. The numbers the docs state are the data's."""
@@ -32,7 +32,7 @@ RAN = (0, 1, 2, 3, 4, 5)
 # The load at a cell's start is the 1-minute average, with no pause between cells: part
 # 1's 4.0 req/s cell of ours started at 2.12, right after vLLM's busy 4.0 req/s cell,
 # while nothing else ran on the machine. r3 and r4 never passed 2.0, the bound their
-# tests hold; r5's is 2.5, set after seeing that cell (docs/vllm-plugin.md, "r5").
+# tests hold; r5's is 2.5, set after seeing that cell (docs/results-vllm-plugin.md, "r5").
 MAX_LOAD = 2.5
 PARTS = {k: DATA / f"vs-vllm-serve-engine-vllm-r5-part-{k}.json" for k in RAN}
 RATES = [1.5, 4.0, 6.5, 9.0]
@@ -52,7 +52,7 @@ def test_each_part_ran_its_repeat_on_part_0s_commit_and_machine_all_marked(k: in
 
 
 def test_read_on_the_servers_ours_ahead_the_interval_spans_one() -> None:
-    """docs/vllm-plugin.md "r5": mean attainment 100 / 98 / 81 / 63% ours, 100 / 98 / 62 /
+    """docs/results-vllm-plugin.md "r5": mean attainment 100 / 98 / 81 / 63% ours, 100 / 98 / 62 /
     30% vLLM; capacity ours 5.12 req/s, vLLM 4.53, ratio 1.13, uncensored; per repeat
     1.23 / 1.66 / 1.01 / 1.02 / 1.32 / 0.97, mean 1.20 [0.93, 1.48]; goodput at 9.0 req/s
     5.89 against 2.86."""

@@ -1,4 +1,4 @@
-"""The server-read diagnosis cell (docs/vllm-plugin.md, "r3, pre-registered"): r3's
+"""The server-read diagnosis cell (docs/results-vllm-plugin.md, "r3, pre-registered"): r3's
 config at 6.5 req/s, one draw, `serve --engine vllm` and plain vLLM each timed on its
 own server and by the client. Every finished request had its marks; on the servers both
 meet the SLO for 99%, while the client's reading takes 6 points off vLLM and 25 off
