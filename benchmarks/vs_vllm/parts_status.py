@@ -3,8 +3,8 @@
     python benchmarks/vs_vllm/parts_status.py          # every committed config with a split
     python benchmarks/vs_vllm/parts_status.py --open   # only the runs still to read
 
-A run in parts (docs/benchmarking.md, "A run in parts") may keep one set of parts per
-machine kind and is read once, on the first kind whose set is whole. This reads the
+A run in parts (docs/benchmarking.md section 2, "A run in parts") may keep one set of
+parts per machine kind and is read once, on the first kind whose set is whole. This reads the
 committed configs that have a `split` and the committed part files under docs/data
 (each names its config and the CPU it ran on) and prints, per config: `read` when a
 merged result names it, else each kind's parts in and missing, and the parts this
