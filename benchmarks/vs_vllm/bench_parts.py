@@ -96,11 +96,16 @@ def merge_parts(
     )  # fmt: skip
 
 
+def machine_kind(cpu: Any) -> str:
+    """A part's machine kind: the CPU model and flags it recorded, as one string."""
+    return json.dumps(cpu, sort_keys=True)
+
+
 def _same_machine(parts: Sequence[Mapping[str, Any]]) -> None:
     """Every part ran on the same kind of CPU (model and instruction-set flags): the
     machines this project runs on change between sittings (AVX-512 or AVX2 only), and
     a run's repeats must differ only by their seeds."""
-    kinds = [json.dumps(p.get("cpu"), sort_keys=True) for p in parts]
+    kinds = [machine_kind(p.get("cpu")) for p in parts]
     for i, kind in enumerate(kinds[1:], start=1):
         if kind != kinds[0]:
             raise ValueError(f"parts[{i}]: ran on another CPU ({kind}) than parts[0] "

@@ -28,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
+from bench_parts import machine_kind as kind_key  # noqa: E402
 from common import cpu_flags  # noqa: E402
 
 # runs stopped before a reading, and why (a config is never edited after its commit)
@@ -35,12 +36,6 @@ ENDED = {
     "benchmarks/configs/vs-vllm-agent-sessions-q1.json": "stopped after part 0: our packer "
     "thrashed there (diagnosed); q2 replaced it (docs/results-vs-vllm.md)",
 }
-
-
-def kind_key(cpu: dict[str, Any]) -> str:
-    """One machine kind: the CPU model and flags a part recorded (as bench_parts.py
-    compares them)."""
-    return json.dumps(cpu, sort_keys=True)
 
 
 def kind_label(cpu: dict[str, Any]) -> str:
